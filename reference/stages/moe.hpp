@@ -1,0 +1,51 @@
+// Stage 5, experts: top-4 routing, up/gate (MXFP4 x MXFP8), swiglu, mid MXFP8, down,
+// shared expert, bf16 partial rows, rank-ordered sum (seed 1481-2530).
+//   route_top4: 4 rounds of an integer max over the 128 route keys; weights
+//     sig[pick] * (route_scale / max((w0 + w1) + (w2 + w3), 1e-20)); slot 4: the shared
+//     expert (id n_routed) with shared_weight.
+//   up/gate (slot s, row r): wave w takes 128-k chunks w*C .. (C = hidden/1024), each
+//     mma_f4f8_k128 chained from 0; g = 0 + P_w0 + ... + P_w7, likewise u;
+//     y = swiglu(g, u): g' = min(g, L), u' = clamp(u, -L, L),
+//     (g' * sigmoid(f32(1.702) * g')) * (u' + 1); mid = bf16(y); MXFP8 per 32 of a slot.
+//   down, narrow (S <= 4): quarter q takes units j = q, q+4, ... of (slot j / KC, chunk j % KC)
+//     acc += mfma * w_slot (0 weight past the last unit); shared units alike with
+//     shared_weight; tot = 0 + R0 + R1 + R2 + R3 + S0 + S1 + S2 + S3; partial = bf16(tot).
+//   down, wide (S >= 5): units over the distinct experts in id order (shared last), chunk
+//     within; acc += ok ? mfma * w : 0 (w = 0 where the token did not route there);
+//     tot = 0 + A0 + A1 + A2 + A3.
+//   ar_out = rank-ordered sum (W == 1: the partial itself).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "reference/config.hpp"
+#include "reference/stages/router.hpp"
+#include "reference/weights.hpp"
+
+namespace k4 {
+
+struct RouteOut {
+  std::vector<int32_t> ids;      // (S, 5) slot 0..3 the picks in pick order, 4 = shared
+  std::vector<float> weights;    // (S, 5)
+};
+
+struct MoeOut {
+  std::vector<uint16_t> mid;     // (S, 5, inter)        bf16 swiglu output
+  std::vector<float> gate;       // (S, 5, inter)        f32 gate GEMV (before swiglu)
+  std::vector<float> up;         // (S, 5, inter)        f32 up GEMV
+  std::vector<uint8_t> mid8;     // (S, 5, inter)        E4M3
+  std::vector<uint8_t> midsc;    // (S, 5, inter / 32)   E8M0
+  std::vector<uint16_t> partial; // (S, hidden)          bf16 this rank's partial rows
+};
+
+void route_top4(RouteOut& out, const RouterOut& r, int tokens, const Config& cfg);
+
+// The seed's swiglu_mul_batch(g, u, -limit).
+float swiglu(float g, float u, float limit);
+
+void experts_up_gate(MoeOut& out, const RouteOut& route, const RouterOut& r, const ExpertSource& src, int rank,
+                     int tokens, const Config& cfg);
+void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, int rank, int tokens,
+                  const Config& cfg);
+
+}  // namespace k4

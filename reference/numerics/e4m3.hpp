@@ -21,6 +21,7 @@ struct E4M3 {
 enum class Fp8Overflow { Saturate, NoSaturate };
 
 constexpr float kFp8Max = 448.0f;
+constexpr float kInvFp8Max = float(1.0 / 448.0);  // the seed's fx.Float32(1.0 / FP8_MAX)
 
 K4_HD bool e4m3_is_nan(uint8_t b) { return (b & 0x7Fu) == 0x7Fu; }
 

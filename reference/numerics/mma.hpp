@@ -58,6 +58,15 @@ K4_HD float block_dot_e2m1_e4m3(const uint8_t* w16, const uint8_t* x) {
   return nan ? f32_from_bits(kCanonicalNan) : round_block_sum(s, 10);
 }
 
+// The same block sums from operands already decoded to integers (E4M3 x 2^9, E2M1 x 2):
+// the model's fast path; equal to the byte forms above by construction (same exact sum,
+// same one rounding). any_nan: an element of either operand was NaN.
+K4_HD float block_dot_ints(const int32_t* a, const int32_t* b, bool any_nan, int frac_bits) {
+  int64_t s = 0;
+  for (int i = 0; i < kBlockK; ++i) s += int64_t(a[i]) * int64_t(b[i]);
+  return any_nan ? f32_from_bits(kCanonicalNan) : round_block_sum(s, frac_bits);
+}
+
 // mfma_f32_16x16x32_fp8_fp8: one block, unscaled.
 K4_HD float mma_fp8_k32(float c, const uint8_t* a32, const uint8_t* b32) {
   return c + block_dot_e4m3(a32, b32);

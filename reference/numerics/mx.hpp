@@ -14,8 +14,6 @@
 
 namespace k4 {
 
-constexpr float kInvFp8Max = float(1.0 / 448.0);  // the seed's fx.Float32(1.0 / FP8_MAX)
-
 K4_HD float mx8_amax_step(float amax, float v) { return fmax_ieee(amax, fmax_ieee(v, -v)); }
 K4_HD float mx8_block_amax(const float* v, int n) {
   float amax = fmax_ieee(v[0], -v[0]);

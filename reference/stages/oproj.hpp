@@ -22,10 +22,11 @@ struct OprojOut {
 
 void o_proj_partials(OprojOut& out, const MergeOut& mg, const RankWeights& w, int tokens, const Config& cfg);
 
-// Rank-ordered sum of bf16 partial rows: out = bf16(0 + p[0] + p[1] + ...), f32 adds.
-// zero_start = false models the seed's W == 1 FFN path (ar_out = the partial itself).
-// reduce_scatter: the AG_RS form (the row group's owner sums, then gathers): same bits.
-void all_reduce_rows(std::vector<uint16_t>& out, const std::vector<const std::vector<uint16_t>*>& partials,
+// Rank-ordered sum of bf16 partial rows, per destination rank:
+// out[dst] = bf16(0 + p[0] + p[1] + ...), f32 adds. zero_start = false models the seed's
+// W == 1 FFN path (ar_out = the partial itself). reduce_scatter: the AG_RS form (the row
+// group's owner sums, then gathers the bf16 sums to every rank): the same bits.
+void all_reduce_rows(std::vector<std::vector<uint16_t>>& out, const std::vector<const std::vector<uint16_t>*>& partials,
                      int tokens, int hidden, bool zero_start, bool reduce_scatter, int rows_per_task);
 
 // h_mid = bf16(f32(a) + f32(h_in)).

@@ -1,0 +1,236 @@
+// Stage 5, experts: top-4 routing (seed route_top4, L1494-L1536), up/gate + swiglu (seed
+// ug_compute L1695-L1744, wug_* L1870-L1990), mid MXFP8 (seed L2395-L2420, wug_publish),
+// down narrow (seed moe_down L2362-L2478) and wide (seed wide_down L2195-L2322).
+// Contract in moe.hpp.
+#include "reference/stages/moe.hpp"
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <map>
+
+#include "reference/numerics/bf16.hpp"
+#include "reference/numerics/e8m0.hpp"
+#include "reference/numerics/mx.hpp"
+#include "reference/numerics/policy.hpp"
+#include "reference/stages/fast_dot.hpp"
+
+namespace k4 {
+
+void route_top4(RouteOut& out, const RouterOut& r, int tokens, const Config& cfg) {
+  const int E = cfg.n_routed, slots = cfg.moe_slots();
+  out.ids.assign(size_t(tokens) * slots, 0);
+  out.weights.assign(size_t(tokens) * slots, 0.0f);
+  for (int k = 0; k < tokens; ++k) {
+    // lane L holds experts L (k0) and L + 64 (k1); an expert a small preset lacks is INT_MIN
+    int32_t k0[64], k1[64];
+    for (int L = 0; L < 64; ++L) {
+      k0[L] = L < E ? r.key[size_t(k) * E + L] : INT32_MIN;
+      k1[L] = L + 64 < E ? r.key[size_t(k) * E + L + 64] : INT32_MIN;
+    }
+    int pid[4];
+    for (int p = 0; p < cfg.top_k; ++p) {
+      int32_t m = INT32_MIN;  // the butterfly's integer max over max(k0, k1)
+      for (int L = 0; L < 64; ++L) m = std::max(m, std::max(k0[L], k1[L]));
+      for (int L = 0; L < 64; ++L) {
+        if (k0[L] == m) k0[L] = INT32_MIN;
+        if (k1[L] == m && k0[L] != m) k1[L] = INT32_MIN;
+      }
+      pid[p] = 127 - (m & 127);
+    }
+    float w[4];
+    for (int p = 0; p < 4; ++p) w[p] = r.sig[size_t(k) * E + std::min(pid[p], E - 1)];
+    const float tot = (w[0] + w[1]) + (w[2] + w[3]);  // butterfly (1, 2) over 4 lanes
+    for (int p = 0; p < 4; ++p) {
+      out.ids[size_t(k) * slots + p] = pid[p];
+      out.weights[size_t(k) * slots + p] = canon_nan(w[p] * (cfg.route_scale / fmax_ieee(tot, 1e-20f)));
+    }
+    out.ids[size_t(k) * slots + cfg.top_k] = cfg.shared_expert();
+    out.weights[size_t(k) * slots + cfg.top_k] = cfg.shared_weight;
+  }
+}
+
+float swiglu(float g, float u, float limit) {
+  const float gp = -fmax_ieee(-g, -limit);                 // min(g, L), NaN-propagating
+  const float up = fmin_ieee(fmax_ieee(u, -limit), limit); // clamp(u, -L, L)
+  const float sg = sigmoid_approx(1.702f * gp);            // 1.702 * g' rounded to f32 first
+  return (gp * sg) * (up + 1.0f);
+}
+
+namespace {
+
+// The expert a slot's route id addresses: clamped to E_TOP (seed ug_load / down_load).
+int slot_expert(const RouteOut& route, int k, int slot, const Config& cfg) {
+  return std::min(route.ids[size_t(k) * cfg.moe_slots() + slot], cfg.n_experts() - 1);
+}
+
+// E2M1 row (packed) -> value * 2 per element.
+void decode_fp4_row(int32_t* out, const uint8_t* packed, int n) {
+  for (int i = 0; i < n / 2; ++i) out[2 * i] = e2m1_to_int_x2(fp4_lo(packed[i])), out[2 * i + 1] = e2m1_to_int_x2(fp4_hi(packed[i]));
+}
+
+// E4M3 row -> value * 2^9 per element; nan[b]: block b holds a NaN.
+void decode_fp8_row(int32_t* out, uint8_t* nan, const uint8_t* x, int n) {
+  for (int b = 0; b < n / kBlockK; ++b) nan[b] = 0;
+  for (int i = 0; i < n; ++i) out[i] = e4m3_to_int_x512(x[i]), nan[i / kBlockK] |= e4m3_is_nan(x[i]);
+}
+
+// One wave's (or unit's) scaled MFMA chain over blocks [b0, b1) from 0: c = c + scaled block.
+float mfma_chain(const int32_t* w, const uint8_t* sa, const int32_t* x, const uint8_t* xnan, const uint8_t* sb, int b0,
+                 int b1) {
+  float c = 0.0f;
+  for (int b = b0; b < b1; ++b)
+    c = c + scale_block(block_dot_i32(w + b * kBlockK, x + b * kBlockK, xnan[b] != 0), sa[b], sb[b]);
+  return c;
+}
+
+struct Uses {  // the (token, slot) pairs routed to one expert
+  std::vector<std::pair<int, int>> ts;
+};
+
+std::map<int, Uses> expert_uses(const RouteOut& route, int tokens, const Config& cfg) {
+  std::map<int, Uses> uses;
+  for (int k = 0; k < tokens; ++k)
+    for (int s = 0; s < cfg.moe_slots(); ++s) uses[slot_expert(route, k, s, cfg)].ts.push_back({k, s});
+  return uses;
+}
+
+}  // namespace
+
+void experts_up_gate(MoeOut& out, const RouteOut& route, const RouterOut& r, const ExpertSource& src, int rank,
+                     int tokens, const Config& cfg) {
+  const int HID = cfg.hidden, I = cfg.inter, SL = cfg.moe_slots(), KB = HID / kBlockK;
+  const int wave_blocks = KB / cfg.waves;  // each wave a k eighth: hidden / 1024 chunks of 4 blocks
+  out.mid.assign(size_t(tokens) * SL * I, 0);
+  out.gate.assign(size_t(tokens) * SL * I, 0.0f);
+  out.up.assign(size_t(tokens) * SL * I, 0.0f);
+  out.mid8.assign(size_t(tokens) * SL * I, 0);
+  out.midsc.assign(size_t(tokens) * SL * I / kBlockK, 0);
+  std::vector<int32_t> x(size_t(tokens) * HID);
+  std::vector<uint8_t> xnan(size_t(tokens) * KB);
+  for (int k = 0; k < tokens; ++k) decode_fp8_row(&x[size_t(k) * HID], &xnan[size_t(k) * KB], &r.xn8[size_t(k) * HID], HID);
+  for (const auto& [e, uses] : expert_uses(route, tokens, cfg)) {
+    const std::shared_ptr<const ExpertWeights> ew = src.expert(rank, e);
+#pragma omp parallel for schedule(static)
+    for (int row = 0; row < I; ++row) {
+      std::vector<int32_t> wg(HID), wu(HID);
+      decode_fp4_row(wg.data(), &ew->w13[size_t(row) * HID / 2], HID);
+      decode_fp4_row(wu.data(), &ew->w13[size_t(I + row) * HID / 2], HID);
+      const uint8_t* sg = &ew->s13[size_t(row) * KB];
+      const uint8_t* su = &ew->s13[size_t(I + row) * KB];
+      for (const auto& [k, s] : uses.ts) {
+        const int32_t* xk = &x[size_t(k) * HID];
+        const uint8_t* nk = &xnan[size_t(k) * KB];
+        const uint8_t* sb = &r.xsc[size_t(k) * KB];
+        float g = 0.0f, u = 0.0f;  // gsum = 0.0; gsum = gsum + wave partial, waves in order
+        for (int w = 0; w < cfg.waves; ++w) {
+          g = g + mfma_chain(wg.data(), sg, xk, nk, sb, w * wave_blocks, (w + 1) * wave_blocks);
+          u = u + mfma_chain(wu.data(), su, xk, nk, sb, w * wave_blocks, (w + 1) * wave_blocks);
+        }
+        const size_t o = (size_t(k) * SL + s) * I + row;
+        out.gate[o] = canon_nan(g);
+        out.up[o] = canon_nan(u);
+        out.mid[o] = bf16_bits_rne(swiglu(g, u, cfg.swiglu_limit));
+      }
+    }
+  }
+  // mid -> MXFP8 per 32-block of a slot (narrow: seed L2395-L2420; wide: wug_publish)
+  for (size_t b = 0; b < out.midsc.size(); ++b) {
+    float f[kBlockK];
+    for (int i = 0; i < kBlockK; ++i) f[i] = bf16_to_f32(out.mid[b * kBlockK + i]);
+    out.midsc[b] = mx8_quantize_block(f, &out.mid8[b * kBlockK]);
+  }
+}
+
+void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, int rank, int tokens, const Config& cfg) {
+  const int HID = cfg.hidden, I = cfg.inter, SL = cfg.moe_slots(), KC = I / 128, IB = I / kBlockK;
+  const bool wide = cfg.wide(tokens);
+  // dcu[k][s][r][kc]: the unit MFMA (16x16x128, from 0) of token k's slot s, row r, chunk kc
+  std::vector<float> dcu(size_t(tokens) * SL * HID * KC);
+  // nanscale[e][r][kc]: the unit's weight scales hold a NaN (a zero mid row gives NaN then)
+  std::map<int, std::vector<uint8_t>> nanscale;
+  std::vector<int32_t> mid(size_t(tokens) * SL * I);
+  std::vector<uint8_t> midnan(size_t(tokens) * SL * IB);
+  for (int ks = 0; ks < tokens * SL; ++ks) decode_fp8_row(&mid[size_t(ks) * I], &midnan[size_t(ks) * IB], &out.mid8[size_t(ks) * I], I);
+  for (const auto& [e, uses] : expert_uses(route, tokens, cfg)) {
+    const std::shared_ptr<const ExpertWeights> ew = src.expert(rank, e);
+    std::vector<uint8_t>& ns = nanscale[e];
+    ns.assign(size_t(HID) * KC, 0);
+#pragma omp parallel for schedule(static)
+    for (int row = 0; row < HID; ++row) {
+      std::vector<int32_t> wr(I);
+      decode_fp4_row(wr.data(), &ew->w2[size_t(row) * I / 2], I);
+      const uint8_t* sa = &ew->s2[size_t(row) * IB];
+      for (int kc = 0; kc < KC; ++kc)
+        for (int b = 0; b < 4; ++b) ns[size_t(row) * KC + kc] |= e8m0_is_nan(sa[kc * 4 + b]);
+      for (const auto& [k, s] : uses.ts) {
+        const size_t ks = size_t(k) * SL + s;
+        for (int kc = 0; kc < KC; ++kc)
+          dcu[(ks * HID + row) * KC + kc] = mfma_chain(wr.data(), sa, &mid[ks * I], &midnan[ks * IB], &out.midsc[ks * IB], kc * 4, kc * 4 + 4);
+      }
+    }
+  }
+  out.partial.assign(size_t(tokens) * HID, 0);
+  const int top_k = cfg.top_k;
+  const int dn_units = top_k * KC, dn_upw = (dn_units + 3) / 4, sh_upw = (KC + 3) / 4;
+  // wide: the distinct routed experts in id order, the shared one last (seed build_experts)
+  std::vector<int> uexp;
+  for (const auto& [e, uses] : expert_uses(route, tokens, cfg))
+    if (e != cfg.shared_expert()) uexp.push_back(e);
+  const int nu = int(uexp.size());
+  uexp.push_back(cfg.shared_expert());
+  const int u_max = top_k * tokens + 1, n_units = (nu + 1) * KC, dn_witers = (u_max * KC + 3) / 4;
+#pragma omp parallel for schedule(static)
+  for (int row = 0; row < HID; ++row)
+    for (int k = 0; k < tokens; ++k) {
+      auto unit = [&](int s, int kc) { return dcu[((size_t(k) * SL + s) * HID + row) * KC + kc]; };
+      auto weight = [&](int s) { return route.weights[size_t(k) * SL + s]; };
+      float tot = 0.0f;
+      if (!wide) {
+        float acc[4], sh[4];
+        for (int q = 0; q < 4; ++q) {
+          acc[q] = 0.0f;
+          for (int i = 0; i < dn_upw; ++i) {  // units j = q + 4 i: slot j / KC, chunk j % KC
+            const int j = q + 4 * i, jj = std::min(j, dn_units - 1);
+            const float wgt = j < dn_units ? weight(jj / KC) : 0.0f;
+            acc[q] = acc[q] + unit(jj / KC, jj % KC) * wgt;
+          }
+          sh[q] = 0.0f;
+          for (int i = 0; i < sh_upw; ++i) {  // the shared expert's chunks, clamped
+            const int j = q + 4 * i;
+            const float wgt = j < KC ? cfg.shared_weight : 0.0f;
+            sh[q] = sh[q] + unit(top_k, std::min(j, KC - 1)) * wgt;
+          }
+        }
+        for (int q = 0; q < 4; ++q) tot = tot + acc[q];
+        for (int q = 0; q < 4; ++q) tot = tot + sh[q];
+      } else {
+        for (int q = 0; q < 4; ++q) {
+          float acc = 0.0f;
+          for (int i = 0; i < dn_witers; ++i) {
+            const int j = q + 4 * i;
+            const bool ok = j < n_units;
+            float term = 0.0f;
+            if (ok) {
+              const int du = std::min(j / KC, u_max - 1), dkc = j % KC, e = std::min(uexp[du], cfg.n_experts() - 1);
+              int slot = -1;  // the token's slot routed to e (seed slot_of), or the zero row
+              for (int s = 0; s < SL; ++s)
+                if (slot_expert(route, k, s, cfg) == e && (s == top_k) == (e == cfg.shared_expert())) slot = s;
+              if (slot >= 0) {
+                term = unit(slot, dkc) * weight(slot);
+              } else {
+                // the zero mid row: every block is +0, scaled +0 -- NaN if a weight scale is
+                const float z = nanscale.at(e)[size_t(row) * KC + dkc] ? f32_from_bits(kCanonicalNan) : 0.0f;
+                term = z * 0.0f;
+              }
+            }
+            acc = acc + term;
+          }
+          tot = tot + acc;
+        }
+      }
+      out.partial[size_t(k) * HID + row] = bf16_bits_rne(tot);
+    }
+}
+
+}  // namespace k4

@@ -1,0 +1,92 @@
+// Stage 4, router: residual add, Gemma RMSNorm, MXFP8 xn, gate logits, sigmoid and route
+// keys (seed stage_router, L1307-L1480). Contract in router.hpp.
+#include "reference/stages/router.hpp"
+
+#include "reference/numerics/bf16.hpp"
+#include "reference/numerics/butterfly.hpp"
+#include "reference/numerics/mx.hpp"
+#include "reference/numerics/policy.hpp"
+
+namespace k4 {
+
+int32_t route_key(float v, int e) {
+  // NaN enters as the canonical NaN: its payload differs between CPUs and GPUs
+  int32_t b = int32_t(f32_bits(canon_nan(v)));
+  b = b < 0 ? (b ^ 0x7FFFFFFF) : b;
+  return int32_t(uint32_t(b) & 0xFFFFFF80u) | (127 - e);
+}
+
+namespace {
+
+// RMSNorm of one token (seed:L1395-L1425) -> xn (bf16 bits), rstd.
+float rms_norm(uint16_t* xn, const float* v, const RankWeights& w, const Config& cfg) {
+  const int threads = cfg.threads(), re = cfg.hidden / threads;
+  float ss = 0.0f;
+  for (int wave = 0; wave < cfg.waves; ++wave) {
+    float lanes[kWaveLanes];
+    for (int lane = 0; lane < kWaveLanes; ++lane) {
+      const float* vt = v + (wave * kWaveLanes + lane) * re;
+      float ssw = 0.0f;
+      for (int e = 0; e < re; ++e) ssw = fma_f32(vt[e], vt[e], ssw);  // the seed's fmath.fma
+      lanes[lane] = ssw;
+    }
+    const float sw = wave_sum(lanes);
+    ss = wave == 0 ? sw : ss + sw;  // ss = red[0]; ss = ss + red[w]
+  }
+  const float rstd = rsq_approx(ss / float(cfg.hidden) + cfg.eps);
+  for (int i = 0; i < cfg.hidden; ++i) xn[i] = bf16_bits_rne((v[i] * rstd) * (bf16_to_f32(w.g_post[i]) + 1.0f));
+  return rstd;
+}
+
+// Gate logit of expert e (seed:L1448-L1466): 4 fdot2 chains a lane, then wave_sum.
+float gate_logit(const uint16_t* gate_row, const uint16_t* xn, const Config& cfg) {
+  float lanes[kWaveLanes];
+  for (int lane = 0; lane < kWaveLanes; ++lane) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = 0; i < cfg.hidden / 512; ++i)
+      for (int j = 0; j < 4; ++j) {
+        const int el = (i * 64 + lane) * 8 + 2 * j;
+        const uint32_t gw = uint32_t(gate_row[el]) | (uint32_t(gate_row[el + 1]) << 16);
+        const uint32_t xv = uint32_t(xn[el]) | (uint32_t(xn[el + 1]) << 16);
+        acc[j] = fdot2_bf16(gw, xv, acc[j]);
+      }
+    lanes[lane] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  }
+  return wave_sum(lanes);
+}
+
+}  // namespace
+
+void route_scores(RouterOut& out, const std::vector<uint16_t>& a, const std::vector<uint16_t>& h_in,
+                  const RankWeights& w, int tokens, const Config& cfg) {
+  const int HID = cfg.hidden, E = cfg.n_routed;
+  out.xn.assign(size_t(tokens) * HID, 0);
+  out.xn8.assign(size_t(tokens) * HID, 0);
+  out.xsc.assign(size_t(tokens) * HID / 32, 0);
+  out.rstd.assign(tokens, 0.0f);
+  out.logit.assign(size_t(tokens) * E, 0.0f);
+  out.sig.assign(size_t(tokens) * E, 0.0f);
+  out.key.assign(size_t(tokens) * E, 0);
+  for (int k = 0; k < tokens; ++k) {
+    std::vector<float> v(HID);
+    for (int i = 0; i < HID; ++i) v[i] = bf16_to_f32(a[size_t(k) * HID + i]) + bf16_to_f32(h_in[size_t(k) * HID + i]);
+    uint16_t* xn = out.xn.data() + size_t(k) * HID;
+    out.rstd[k] = canon_nan(rms_norm(xn, v.data(), w, cfg));
+    for (int b = 0; b < HID / 32; ++b) {  // MXFP8 xn (seed:L1427-L1447)
+      float f[32];
+      for (int i = 0; i < 32; ++i) f[i] = bf16_to_f32(xn[b * 32 + i]);
+      out.xsc[size_t(k) * HID / 32 + b] = mx8_quantize_block(f, out.xn8.data() + size_t(k) * HID + b * 32);
+    }
+  }
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int k = 0; k < tokens; ++k)
+    for (int e = 0; e < E; ++e) {
+      const float logit = gate_logit(w.w_gate.data() + size_t(e) * HID, out.xn.data() + size_t(k) * HID, cfg);
+      const float sc = rcp_approx(1.0f + exp2_approx(-bf16_round(logit) * kLog2e));  // seed:L1469
+      out.logit[size_t(k) * E + e] = canon_nan(logit);
+      out.sig[size_t(k) * E + e] = canon_nan(sc);
+      out.key[size_t(k) * E + e] = route_key(sc + w.bias[e], e);
+    }
+}
+
+}  // namespace k4

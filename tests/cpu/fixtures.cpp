@@ -1,0 +1,125 @@
+#include "tests/cpu/fixtures.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <numeric>
+#include <unordered_map>
+
+#include "reference/numerics/bf16.hpp"
+#include "reference/numerics/e2m1.hpp"
+#include "reference/numerics/e4m3.hpp"
+
+namespace k4::test {
+
+double Rng::normal() {
+  const double u1 = std::max(uniform(), 1e-300), u2 = uniform();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+namespace {
+
+uint16_t bf16_normal(Rng& r, double sd) { return bf16_bits_rne(float(r.normal() * sd)); }
+uint8_t e4m3_normal(Rng& r, double sd) { return e4m3_bits(float(r.normal() * sd), Fp8Overflow::Saturate); }
+
+// Experts made on demand from (seed, rank, e): unrouted experts are never made.
+class RandomExperts : public ExpertSource {
+ public:
+  RandomExperts(const Config& cfg, uint64_t seed) : cfg_(cfg), seed_(seed) {}
+  std::shared_ptr<const ExpertWeights> expert(int rank, int e) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = cache_[int64_t(rank) * 1000 + e];
+    if (!slot) slot = make(rank, e);
+    return slot;
+  }
+
+ private:
+  std::shared_ptr<const ExpertWeights> make(int rank, int e) const {
+    Rng r(seed_ ^ (uint64_t(rank + 1) << 40) ^ (uint64_t(e + 1) << 20));
+    auto w = std::make_shared<ExpertWeights>();
+    const int H = cfg_.hidden, I = cfg_.inter;
+    auto fill = [&](std::vector<uint8_t>& v, size_t n, auto gen) { v.resize(n); for (auto& x : v) x = gen(); };
+    fill(w->w13, size_t(2 * I) * H / 2, [&] { return uint8_t(r.next()); });
+    fill(w->s13, size_t(2 * I) * H / 32, [&] { return uint8_t(119 + r.below(3)); });
+    fill(w->w2, size_t(H) * I / 2, [&] { return uint8_t(r.next()); });
+    fill(w->s2, size_t(H) * I / 32, [&] { return uint8_t(119 + r.below(3)); });
+    return w;
+  }
+  Config cfg_;
+  uint64_t seed_;
+  mutable std::mutex mu_;
+  mutable std::unordered_map<int64_t, std::shared_ptr<const ExpertWeights>> cache_;
+};
+
+}  // namespace
+
+LayerWeights random_layer(const Config& cfg, uint64_t seed) {
+  LayerWeights lw;
+  lw.cfg = cfg;
+  Rng shared(seed * 7 + 3);
+  std::vector<uint16_t> g_post(cfg.hidden), w_gate(size_t(cfg.n_routed) * cfg.hidden);
+  std::vector<float> bias(cfg.n_routed);
+  for (auto& g : g_post) g = bf16_normal(shared, 0.1);
+  for (auto& g : w_gate) g = bf16_normal(shared, 0.02);
+  for (auto& b : bias) b = float(shared.normal() * 0.01);
+  for (int r = 0; r < cfg.tp; ++r) {
+    Rng rr(seed * 131 + r);
+    RankWeights w;
+    w.w_o.resize(size_t(cfg.hidden) * cfg.o_k());
+    for (auto& x : w.w_o) x = e4m3_normal(rr, 32.0);
+    w.s_o.resize(cfg.hidden);
+    for (auto& s : w.s_o) s = float(1e-3 * (0.5 + rr.uniform()));
+    w.g_post = g_post;
+    w.w_gate = w_gate;
+    w.bias = bias;
+    lw.ranks.push_back(std::move(w));
+  }
+  lw.experts = std::make_shared<RandomExperts>(cfg, seed);
+  return lw;
+}
+
+StepInputs random_step(const Config& cfg, const StepSpec& spec) {
+  Rng r(spec.seed);
+  StepInputs in;
+  StepShared& sh = in.shared;
+  const int S = spec.tokens;
+  sh.tokens = S;
+  sh.q_len = spec.q_len;
+  sh.seq_lens.resize(S);
+  for (int k = 0; k < S; ++k) sh.seq_lens[k] = spec.seq_lens.size() == 1 ? spec.seq_lens[0] : spec.seq_lens[k];
+  int max_blk = 1;
+  for (int L : sh.seq_lens) max_blk = std::max(max_blk, (std::max(L, 1) + cfg.sparse_block - 1) / cfg.sparse_block);
+  sh.bt_width = max_blk;
+  sh.score_width = max_blk;
+  // A small pool of block entries shared by all rows: only the selected ones are read.
+  const int n_entries = std::min(max_blk, 64);
+  const int n_pages = n_entries * cfg.kv_page_stride;
+  sh.block_table.resize(size_t(S) * max_blk);
+  for (int k = 0; k < S; ++k)
+    for (int b = 0; b < max_blk; ++b)
+      sh.block_table[size_t(k) * max_blk + b] = sh.seq_lens[k] == 0 ? 0 : r.below(n_entries);
+  sh.index_scores.resize(size_t(S) * max_blk);
+  for (auto& s : sh.index_scores) s = float(r.normal() * 4.0);
+  sh.h_in.resize(size_t(S) * cfg.hidden);
+  for (auto& h : sh.h_in) h = bf16_normal(r, 1.0);
+  for (int rk = 0; rk < cfg.tp; ++rk) {
+    StepRank R;
+    R.q.resize(size_t(S) * cfg.o_k());
+    for (auto& q : R.q) q = bf16_normal(r, 1.0);
+    R.n_pages = n_pages;
+    const size_t bytes = size_t(n_pages) * cfg.page * cfg.head_dim;
+    R.k_cache.resize(bytes);
+    R.v_cache.resize(bytes);
+    for (auto& x : R.k_cache) x = e4m3_normal(r, 16.0);
+    for (auto& x : R.v_cache) x = e4m3_normal(r, 16.0);
+    const size_t ns = cfg.static_kv_scale ? 1 : size_t(n_pages) * cfg.page;
+    R.k_scale.resize(ns);
+    R.v_scale.resize(ns);
+    for (auto& s : R.k_scale) s = float(0.05 + 0.1 * r.uniform());
+    for (auto& s : R.v_scale) s = float(0.05 + 0.1 * r.uniform());
+    in.ranks.push_back(std::move(R));
+  }
+  return in;
+}
+
+}  // namespace k4::test

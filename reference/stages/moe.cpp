@@ -64,9 +64,16 @@ int slot_expert(const RouteOut& route, int k, int slot, const Config& cfg) {
   return std::min(route.ids[size_t(k) * cfg.moe_slots() + slot], cfg.n_experts() - 1);
 }
 
-// E2M1 row (packed) -> value * 2 per element.
+// E2M1 row (packed) -> value * 2 per element, through a byte table (two elements a byte).
+struct Fp4Pairs {
+  std::array<std::array<int32_t, 2>, 256> v;
+  Fp4Pairs() {
+    for (int b = 0; b < 256; ++b) v[b] = {e2m1_to_int_x2(fp4_lo(uint8_t(b))), e2m1_to_int_x2(fp4_hi(uint8_t(b)))};
+  }
+};
 void decode_fp4_row(int32_t* out, const uint8_t* packed, int n) {
-  for (int i = 0; i < n / 2; ++i) out[2 * i] = e2m1_to_int_x2(fp4_lo(packed[i])), out[2 * i + 1] = e2m1_to_int_x2(fp4_hi(packed[i]));
+  static const Fp4Pairs t;
+  for (int i = 0; i < n / 2; ++i) out[2 * i] = t.v[packed[i]][0], out[2 * i + 1] = t.v[packed[i]][1];
 }
 
 // E4M3 row -> value * 2^9 per element; nan[b]: block b holds a NaN.
@@ -180,6 +187,12 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
   const int nu = int(uexp.size());
   uexp.push_back(cfg.shared_expert());
   const int u_max = top_k * tokens + 1, n_units = (nu + 1) * KC, dn_witers = (u_max * KC + 3) / 4;
+  // urow (seed down_tables): token k's slot routed to distinct expert du, or -1 (the zero row)
+  std::vector<int> urow(size_t(tokens) * (nu + 1), -1);
+  for (int k = 0; k < tokens; ++k)
+    for (int du = 0; du <= nu; ++du)
+      for (int s = 0; s < SL; ++s)
+        if (slot_expert(route, k, s, cfg) == uexp[du] && (s == top_k) == (du == nu)) urow[size_t(k) * (nu + 1) + du] = s;
 #pragma omp parallel for schedule(static)
   for (int row = 0; row < HID; ++row)
     for (int k = 0; k < tokens; ++k) {
@@ -213,9 +226,7 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
             float term = 0.0f;
             if (ok) {
               const int du = std::min(j / KC, u_max - 1), dkc = j % KC, e = std::min(uexp[du], cfg.n_experts() - 1);
-              int slot = -1;  // the token's slot routed to e (seed slot_of), or the zero row
-              for (int s = 0; s < SL; ++s)
-                if (slot_expert(route, k, s, cfg) == e && (s == top_k) == (e == cfg.shared_expert())) slot = s;
+              const int slot = urow[size_t(k) * (nu + 1) + du];
               if (slot >= 0) {
                 term = unit(slot, dkc) * weight(slot);
               } else {

@@ -38,11 +38,18 @@ class RandomExperts : public ExpertSource {
     Rng r(seed_ ^ (uint64_t(rank + 1) << 40) ^ (uint64_t(e + 1) << 20));
     auto w = std::make_shared<ExpertWeights>();
     const int H = cfg_.hidden, I = cfg_.inter;
-    auto fill = [&](std::vector<uint8_t>& v, size_t n, auto gen) { v.resize(n); for (auto& x : v) x = gen(); };
-    fill(w->w13, size_t(2 * I) * H / 2, [&] { return uint8_t(r.next()); });
-    fill(w->s13, size_t(2 * I) * H / 32, [&] { return uint8_t(119 + r.below(3)); });
-    fill(w->w2, size_t(H) * I / 2, [&] { return uint8_t(r.next()); });
-    fill(w->s2, size_t(H) * I / 32, [&] { return uint8_t(119 + r.below(3)); });
+    auto bytes = [&](std::vector<uint8_t>& v, size_t n) {  // 8 random bytes a draw
+      v.resize(n);
+      for (size_t i = 0; i < n; i += 8) {
+        const uint64_t x = r.next();
+        for (size_t j = 0; j < 8 && i + j < n; ++j) v[i + j] = uint8_t(x >> (8 * j));
+      }
+    };
+    auto scales = [&](std::vector<uint8_t>& v, size_t n) { v.resize(n); for (auto& x : v) x = uint8_t(119 + r.below(3)); };
+    bytes(w->w13, size_t(2 * I) * H / 2);
+    scales(w->s13, size_t(2 * I) * H / 32);
+    bytes(w->w2, size_t(H) * I / 2);
+    scales(w->s2, size_t(H) * I / 32);
     return w;
   }
   Config cfg_;

@@ -22,7 +22,8 @@ void Config::validate() const {
   require(topk_blocks * sparse_block % n_split == 0 && split_keys() % sparse_block == 0, c, "a partition holds whole selected blocks");
   require(topk_blocks * pages_per_block() == n_split * split_keys() / page, c, "the partitions must cover the selection");
   require(hidden % (8 * 128) == 0, c, "hidden must be a multiple of 1024 (each wave takes whole 128-k chunks of up/gate)");
-  require(hidden % threads() == 0 && (hidden / threads()) % 2 == 0, c, "hidden / THREADS must be even (the router's bf16 pairs a thread)");
+  require(hidden % threads() == 0 && (hidden / threads()) % 4 == 0, c, "hidden / THREADS must be a multiple of 4 (the router polls its row 4 elements a spec)");
+  require(topk_blocks == 16 && split_keys() == 2 * sparse_block, c, "TOPK_BLOCKS must be 16 and a partition two selected blocks (slot / 2 == partition; 16-lane sort networks)");
   require(hidden % 512 == 0, c, "hidden must be a multiple of 512 (the router's 8-element lane loads)");
   require(hidden % o_rows == 0 && hidden % dn_rows == 0, c, "hidden must be whole 32-row tasks");
   require(o_k() % (64 * 4 * 2) == 0, c, "O_K must give each of 4 waves an even count of 64-k chunks");
@@ -35,7 +36,8 @@ void Config::validate() const {
   require(max_tokens == 16, c, "MAX_TOKENS is 16 (a 16x16 MFMA column a token)");
   require(max_context % sparse_block == 0 && max_blocks() <= n_split * 2 * threads(), c, "MAX_CONTEXT must fit N_SPLIT shares of CAND_BATCH * THREADS blocks");
   require(kv_page_stride == 16 || kv_page_stride == 8, c, "kv_page_stride is 16 (shared K/V allocation) or 8 (separate planes)");
-  require(wide_from >= 1 && ag_rs_from >= 1, c, "thresholds must be token counts");
+  require(wide_from >= 1 && wide_from <= 8, c, "wide_from must be 1..8: the narrow MoE routes token k on wave k and holds (S + 1) wave partials, so it serves S <= 7");
+  require(ag_rs_from >= 1, c, "ag_rs_from must be a token count");
 }
 
 Config preset(const std::string& name, int tp) {
@@ -44,12 +46,12 @@ Config preset(const std::string& name, int tp) {
     // the defaults above
   } else if (name == "small") {
     c.name = "small";
-    c.hidden = 2048;
+    c.hidden = 4096;
     c.inter = 256;
     c.n_routed = 64;
   } else if (name == "tiny") {
     c.name = "tiny";
-    c.hidden = 1024;
+    c.hidden = 2048;
     c.inter = 128;
     c.n_routed = 32;
   } else {

@@ -64,22 +64,13 @@ int slot_expert(const RouteOut& route, int k, int slot, const Config& cfg) {
   return std::min(route.ids[size_t(k) * cfg.moe_slots() + slot], cfg.n_experts() - 1);
 }
 
-// E2M1 row (packed) -> value * 2 per element, through a byte table (two elements a byte).
-struct Fp4Pairs {
-  std::array<std::array<int32_t, 2>, 256> v;
-  Fp4Pairs() {
-    for (int b = 0; b < 256; ++b) v[b] = {e2m1_to_int_x2(fp4_lo(uint8_t(b))), e2m1_to_int_x2(fp4_hi(uint8_t(b)))};
-  }
-};
-void decode_fp4_row(int32_t* out, const uint8_t* packed, int n) {
-  static const Fp4Pairs t;
-  for (int i = 0; i < n / 2; ++i) out[2 * i] = t.v[packed[i]][0], out[2 * i + 1] = t.v[packed[i]][1];
-}
+void decode_fp4_row(int32_t* out, const uint8_t* packed, int n) { decode_fp4_row_fast(out, packed, n); }
 
 // E4M3 row -> value * 2^9 per element; nan[b]: block b holds a NaN.
 void decode_fp8_row(int32_t* out, uint8_t* nan, const uint8_t* x, int n) {
   for (int b = 0; b < n / kBlockK; ++b) nan[b] = 0;
-  for (int i = 0; i < n; ++i) out[i] = e4m3_to_int_x512(x[i]), nan[i / kBlockK] |= e4m3_is_nan(x[i]);
+  decode_e4m3_row_fast(out, x, n);
+  for (int i = 0; i < n; ++i) nan[i / kBlockK] |= e4m3_is_nan(x[i]);
 }
 
 // One wave's (or unit's) scaled MFMA chain over blocks [b0, b1) from 0: c = c + scaled block.

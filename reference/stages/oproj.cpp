@@ -7,26 +7,37 @@
 
 namespace k4 {
 
+namespace {
+
+// E4M3 row -> exact integers (x 2^9) and a NaN flag a 32-block.
+void decode_row(int32_t* v, uint8_t* nan, const uint8_t* x, int n) {
+  decode_e4m3_row_fast(v, x, n);
+  for (int b = 0; b < n / kBlockK; ++b) nan[b] = 0;
+  for (int i = 0; i < n; ++i) nan[i / kBlockK] |= e4m3_is_nan(x[i]);
+}
+
+}  // namespace
+
 void o_proj_partials(OprojOut& out, const MergeOut& mg, const RankWeights& w, int tokens, const Config& cfg) {
-  const int OK = cfg.o_k(), HID = cfg.hidden;
-  const int quarter = OK / 4, blocks_q = quarter / kBlockK;  // waves w % 4 split k in quarters
-  const E4m3Doubles& dec = e4m3_doubles();
-  std::vector<double> x(size_t(tokens) * OK);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = dec.v[mg.attn8[i]];
+  const int OK = cfg.o_k(), HID = cfg.hidden, KB = OK / kBlockK;
+  const int quarter_blocks = KB / 4;  // waves w % 4 split k in quarters
+  std::vector<int32_t> x(size_t(tokens) * OK);
+  std::vector<uint8_t> xnan(size_t(tokens) * KB);
+  for (int k = 0; k < tokens; ++k) decode_row(&x[size_t(k) * OK], &xnan[size_t(k) * KB], &mg.attn8[size_t(k) * OK], OK);
   out.partial.assign(size_t(tokens) * HID, 0);
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < HID; ++r) {
-    std::vector<double> wr(OK);
-    for (int i = 0; i < OK; ++i) wr[i] = dec.v[w.w_o[size_t(r) * OK + i]];
+    std::vector<int32_t> wr(OK);
+    std::vector<uint8_t> wnan(KB);
+    decode_row(wr.data(), wnan.data(), &w.w_o[size_t(r) * OK], OK);
     for (int k = 0; k < tokens; ++k) {
-      const double* xk = x.data() + size_t(k) * OK;
+      const int32_t* xk = &x[size_t(k) * OK];
+      const uint8_t* nk = &xnan[size_t(k) * KB];
       float tot = 0.0f;
       for (int q = 0; q < 4; ++q) {
         float c = 0.0f;  // the wave's MFMA chain: 16x16x128 unit-scale, blocks in k order
-        for (int b = 0; b < blocks_q; ++b) {
-          const int k0 = q * quarter + b * kBlockK;
-          c = c + block_dot_f64(wr.data() + k0, xk + k0);
-        }
+        for (int b = q * quarter_blocks; b < (q + 1) * quarter_blocks; ++b)
+          c = c + block_dot_i64(&wr[b * kBlockK], xk + b * kBlockK, wnan[b] | nk[b]);
         tot = tot + c;  // seed:L1073-L1080: the 4 waves of the row group, from 0
       }
       out.partial[size_t(k) * HID + r] = bf16_bits_rne((tot * mg.x_scale[k]) * w.s_o[r]);

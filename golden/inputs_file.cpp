@@ -1,0 +1,170 @@
+// inputs_file.cpp -- the inputs file a user captures (schema.hpp, "an inputs file").
+//
+//   /                 magic "K4INPUTS", schema_version 1, config (JSON), tp, tokens, q_len
+//   /inputs/          seq_lens, block_table, index_scores, h_in       (as in a golden)
+//   /rank<r>/inputs/  q, k_cache, v_cache, k_scale, v_scale           (whole caches)
+// Datasets carry dtype / dims / meaning like a golden's; attribute n_pages on /rank<r>/inputs.
+#include <nlohmann/json.hpp>
+
+#include "golden/atomic_file.hpp"
+#include "golden/hdf5.hpp"
+#include "golden/schema.hpp"
+
+namespace k4::golden {
+namespace {
+
+h5::Elem elem_for(DType d) {
+  switch (d) {
+    case DType::BF16: return h5::Elem::U16;
+    case DType::F32: return h5::Elem::U32;
+    case DType::I32: return h5::Elem::I32;
+    default: return h5::Elem::U8;
+  }
+}
+
+const TensorSpec& spec(const std::string& group, const std::string& name) {
+  for (const TensorSpec& s : tensor_specs())
+    if (group == s.group && name == s.name) return s;
+  throw std::logic_error("schema: no tensor " + group + "/" + name);
+}
+
+template <class T>
+void put(const h5::Group& g, const TensorSpec& s, const DimSizes& d, const std::vector<T>& v) {
+  const std::vector<uint64_t> shape = d.shape(s.dims);
+  uint64_t n = 1;
+  for (uint64_t x : shape) n *= x;
+  if (v.size() != n)
+    throw std::invalid_argument("inputs file " + g.file() + ": " + g.child_path(s.name) + " has " +
+                                std::to_string(v.size()) + " elements, expected " + std::to_string(n) + " (" +
+                                d.dims_of(s.dims) + ")");
+  h5::Dataset ds = g.create_dataset(s.name, elem_for(s.dtype), shape);
+  ds.write_raw(v.data(), elem_for(s.dtype));
+  ds.set_attr("dtype", dtype_name(s.dtype));
+  ds.set_attr("dims", d.dims_of(s.dims));
+  ds.set_attr("meaning", s.meaning);
+}
+
+template <class T>
+std::vector<T> get(const h5::Group& g, const TensorSpec& s, const DimSizes& d, const std::string& path) {
+  const std::string p = g.child_path(s.name);
+  if (!g.is_dataset(s.name)) throw FormatError("inputs file " + path + ": dataset " + p + " is missing");
+  h5::Dataset ds = g.open_dataset(s.name);
+  const std::vector<uint64_t> want = d.shape(s.dims);
+  if (ds.shape() != want || ds.elem() != elem_for(s.dtype)) {
+    std::string w;
+    for (uint64_t x : want) w += (w.empty() ? "" : ",") + std::to_string(x);
+    throw FormatError("inputs file " + path + ": dataset " + p + " is not " + dtype_name(s.dtype) + " of shape (" + w +
+                      ") (" + d.dims_of(s.dims) + ")");
+  }
+  std::vector<T> v(ds.size());
+  ds.read_raw(v.data(), elem_for(s.dtype));
+  return v;
+}
+
+}  // namespace
+
+void write_inputs_file(const std::string& path, const Config& cfg, const StepInputs& in, bool overwrite) {
+  AtomicOutput out(path, overwrite);
+  {
+    h5::File f(out.temp_path(), h5::File::Mode::CreateExclusive);
+    h5::Group root = f.root();
+    root.set_attr("magic", kInputsMagic);
+    root.set_attr("schema_version", int64_t(kSchemaVersion));
+    root.set_attr("config", config_to_json(cfg));
+    root.set_attr("tp", int64_t(cfg.tp));
+    root.set_attr("tokens", int64_t(in.shared.tokens));
+    root.set_attr("q_len", int64_t(in.shared.q_len));
+    DimSizes d;
+    d.cfg = cfg;
+    d.tokens = in.shared.tokens;
+    d.bt_width = in.shared.bt_width;
+    d.score_width = in.shared.score_width;
+    h5::Group ig = root.create_group("inputs");
+    ig.set_attr("bt_width", int64_t(d.bt_width));
+    ig.set_attr("score_width", int64_t(d.score_width));
+    put(ig, spec("/inputs", "seq_lens"), d, in.shared.seq_lens);
+    put(ig, spec("/inputs", "block_table"), d, in.shared.block_table);
+    put(ig, spec("/inputs", "index_scores"), d, in.shared.index_scores);
+    put(ig, spec("/inputs", "h_in"), d, in.shared.h_in);
+    if (int(in.ranks.size()) != cfg.tp)
+      throw std::invalid_argument("inputs: " + std::to_string(in.ranks.size()) + " ranks, expected tp = " + std::to_string(cfg.tp));
+    for (int r = 0; r < cfg.tp; ++r) {
+      const StepRank& R = in.ranks[size_t(r)];
+      h5::Group g = root.create_group("rank" + std::to_string(r)).create_group("inputs");
+      g.set_attr("n_pages", int64_t(R.n_pages));
+      d.pages = R.n_pages;
+      put(g, spec("split/inputs", "q"), d, R.q);
+      put(g, spec("split/inputs", "k_cache"), d, R.k_cache);
+      put(g, spec("split/inputs", "v_cache"), d, R.v_cache);
+      put(g, spec("split/inputs", "k_scale"), d, R.k_scale);
+      put(g, spec("split/inputs", "v_scale"), d, R.v_scale);
+    }
+    f.close();
+  }
+  out.commit();
+}
+
+StepInputs read_inputs_file(const std::string& path, Config* cfg_out) {
+  std::string magic;
+  {
+    h5::File f;
+    try {
+      f = h5::File(path, h5::File::Mode::ReadOnly);
+    } catch (const h5::Error& e) {
+      throw FormatError("inputs file " + path + " cannot be opened as HDF5 (" + e.what() + ")");
+    }
+    h5::Group root = f.root();
+    if (!root.has_attr("magic") || root.attr_kind("magic") != "string")
+      throw FormatError("inputs file " + path + ": no magic attribute (expected " + kInputsMagic + " or " + kMagic + ")");
+    magic = root.attr_string("magic");
+  }
+  if (magic == kMagic) {  // a golden: its inputs
+    GoldenReader g(path);
+    if (cfg_out) *cfg_out = g.config();
+    return g.inputs();
+  }
+  if (magic != kInputsMagic)
+    throw FormatError("inputs file " + path + ": magic '" + magic + "', expected " + kInputsMagic + " or " + kMagic);
+  try {
+    h5::File f(path, h5::File::Mode::ReadOnly);
+    h5::Group root = f.root();
+    const int64_t version = root.attr_int("schema_version");
+    if (version != kSchemaVersion)
+      throw FormatError("inputs file " + path + " was written by schema version " + std::to_string(version) +
+                        "; this tool reads version " + std::to_string(kSchemaVersion));
+    const Config cfg = config_from_json(root.attr_string("config"), "inputs file " + path);
+    if (cfg_out) *cfg_out = cfg;
+    StepInputs in;
+    DimSizes d;
+    d.cfg = cfg;
+    d.tokens = int(root.attr_int("tokens"));
+    h5::Group ig = root.open_group("inputs");
+    d.bt_width = int(ig.attr_int("bt_width"));
+    d.score_width = int(ig.attr_int("score_width"));
+    in.shared.tokens = d.tokens;
+    in.shared.q_len = int(root.attr_int("q_len"));
+    in.shared.bt_width = d.bt_width;
+    in.shared.score_width = d.score_width;
+    in.shared.seq_lens = get<int32_t>(ig, spec("/inputs", "seq_lens"), d, path);
+    in.shared.block_table = get<int32_t>(ig, spec("/inputs", "block_table"), d, path);
+    in.shared.index_scores = get<float>(ig, spec("/inputs", "index_scores"), d, path);
+    in.shared.h_in = get<uint16_t>(ig, spec("/inputs", "h_in"), d, path);
+    for (int r = 0; r < cfg.tp; ++r) {
+      h5::Group g = root.open_group("rank" + std::to_string(r) + "/inputs");
+      StepRank R;
+      R.n_pages = int(g.attr_int("n_pages"));
+      d.pages = R.n_pages;
+      R.q = get<uint16_t>(g, spec("split/inputs", "q"), d, path);
+      R.k_cache = get<uint8_t>(g, spec("split/inputs", "k_cache"), d, path);
+      R.v_cache = get<uint8_t>(g, spec("split/inputs", "v_cache"), d, path);
+      R.k_scale = get<float>(g, spec("split/inputs", "k_scale"), d, path);
+      R.v_scale = get<float>(g, spec("split/inputs", "v_scale"), d, path);
+      in.ranks.push_back(std::move(R));
+    }
+    return in;
+  } catch (const h5::Error& e) {
+    throw FormatError("inputs file " + path + ": " + e.what());
+  }
+}
+
+}  // namespace k4::golden

@@ -1,0 +1,457 @@
+// reader.cpp -- GoldenReader: validation of a golden file and the per-stage readers.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "golden/hdf5.hpp"
+#include "golden/schema.hpp"
+
+namespace k4::golden {
+namespace {
+
+h5::Elem stored_elem(DType d) {
+  switch (d) {
+    case DType::BF16: return h5::Elem::U16;
+    case DType::F32: return h5::Elem::U32;
+    case DType::I32: return h5::Elem::I32;
+    default: return h5::Elem::U8;
+  }
+}
+
+std::string shape_str(const std::vector<uint64_t>& s) {
+  std::string o = "(";
+  for (size_t i = 0; i < s.size(); ++i) o += (i ? "," : "") + std::to_string(s[i]);
+  return o + ")";
+}
+
+const TensorSpec& find_spec(const std::string& group, const std::string& name) {
+  for (const TensorSpec& s : tensor_specs())
+    if (group == s.group && name == s.name) return s;
+  throw std::logic_error("schema: no tensor " + group + "/" + name);
+}
+
+// HDF5 serial is not thread-safe: every HDF5 call a reader makes after construction holds this.
+std::mutex& h5_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+}  // namespace
+
+struct GoldenReader::Impl {
+  std::string path;
+  h5::File file;
+  h5::Group root;
+  Config cfg;
+  int tokens = 0, tp = 0, q_len = 1;
+  DimSizes base;
+  std::vector<DimSizes> rank_dims;
+
+  [[noreturn]] void bad(const std::string& what) const { throw FormatError("golden " + path + ": " + what); }
+
+  std::string full(int rank, const std::string& group, const std::string& name) const {
+    if (!group.empty() && group[0] == '/') return group + "/" + name;
+    return "/rank" + std::to_string(rank) + "/" + group + "/" + name;
+  }
+
+  int64_t int_attr(const h5::Object& o, const std::string& name) const {
+    if (!o.has_attr(name) || o.attr_kind(name) != "int")
+      bad(o.path() + ": integer attribute '" + name + "' is missing");
+    return o.attr_int(name);
+  }
+  std::string str_attr(const h5::Object& o, const std::string& name) const {
+    if (!o.has_attr(name) || o.attr_kind(name) != "string")
+      bad(o.path() + ": string attribute '" + name + "' is missing");
+    return o.attr_string(name);
+  }
+
+  void check_tensor(int rank, const TensorSpec& s, const DimSizes& d) const {
+    const std::string p = full(rank, s.group, s.name);
+    const std::vector<uint64_t> want = d.shape(s.dims);
+    const std::string expect = std::string("dtype ") + dtype_name(s.dtype) + ", shape " + shape_str(want) + " (" +
+                               d.dims_of(s.dims) + ")";
+    if (!root.exists(p)) bad("dataset " + p + " is missing (expected " + expect + ")");
+    if (!root.resolves(p)) bad("dataset " + p + " is a soft link to " + root.soft_target(p) + ", which does not exist");
+    if (!root.is_dataset(p)) bad(p + " is not a dataset (expected " + expect + ")");
+    h5::Dataset ds = root.open_dataset(p);
+    if (!ds.has_attr("dtype")) bad("dataset " + p + " has no dtype attribute (expected " + dtype_name(s.dtype) + ")");
+    const std::string dt = ds.attr_string("dtype");
+    if (dt != dtype_name(s.dtype)) bad("dataset " + p + " has dtype " + dt + ", expected " + dtype_name(s.dtype));
+    h5::Elem e;
+    try {
+      e = ds.elem();
+    } catch (const h5::Error& x) {
+      bad(x.what());
+    }
+    if (e != stored_elem(s.dtype))
+      bad("dataset " + p + " is stored as " + h5::elem_name(e) + ", expected " + h5::elem_name(stored_elem(s.dtype)) +
+          " (raw bits of " + dtype_name(s.dtype) + ")");
+    const std::vector<uint64_t> got = ds.shape();
+    if (got != want) bad("dataset " + p + " has shape " + shape_str(got) + ", expected " + expect);
+  }
+
+  void open() {
+    try {
+      file = h5::File(path, h5::File::Mode::ReadOnly);
+    } catch (const h5::Error& e) {
+      throw FormatError("golden " + path + " cannot be opened as HDF5 (" + e.what() + ")");
+    }
+    root = file.root();
+    if (!root.has_attr("magic")) bad("not a K4 golden (no magic attribute at /)");
+    const std::string magic = root.attr_kind("magic") == "string" ? root.attr_string("magic") : "?";
+    if (magic == kInputsMagic) bad("is an inputs file (magic " + magic + "), not a golden");
+    if (magic != kMagic) bad("not a K4 golden (magic '" + magic + "', expected '" + kMagic + "')");
+    const int64_t version = int_attr(root, "schema_version");
+    if (version != kSchemaVersion)
+      throw FormatError("golden " + path + " was written by schema version " + std::to_string(version) +
+                        "; this tool reads version " + std::to_string(kSchemaVersion) +
+                        "; regenerate with `k4 golden ...`");
+    cfg = config_from_json(str_attr(root, "config"), "golden " + path);
+    tp = int(int_attr(root, "tp"));
+    tokens = int(int_attr(root, "tokens"));
+    if (tp != cfg.tp) bad("attribute tp = " + std::to_string(tp) + " but config.tp = " + std::to_string(cfg.tp));
+    if (tokens < 1 || tokens > cfg.max_tokens) bad("attribute tokens = " + std::to_string(tokens) + " is outside 1..16");
+    if (!root.is_group("inputs")) bad("group /inputs is missing");
+    h5::Group ig = root.open_group("inputs");
+    q_len = int(int_attr(ig, "q_len"));
+    base.cfg = cfg;
+    base.tokens = tokens;
+    base.bt_width = int(int_attr(ig, "bt_width"));
+    base.score_width = int(int_attr(ig, "score_width"));
+    for (const TensorSpec& s : tensor_specs())
+      if (s.group[0] == '/') check_tensor(0, s, base);
+    for (int r = 0; r < tp; ++r) {
+      const std::string rg = "/rank" + std::to_string(r);
+      if (!root.is_group(rg)) bad("group " + rg + " is missing (tp = " + std::to_string(tp) + ")");
+      for (const std::string& st : stage_names())
+        for (const char* io : {"inputs", "outputs"})
+          if (!root.is_group(rg + "/" + st + "/" + io)) bad("group " + rg + "/" + st + "/" + io + " is missing");
+      DimSizes d = base;
+      h5::Group sp = root.open_group(rg + "/split/inputs");
+      d.pages = int(int_attr(sp, "n_stored_pages"));
+      const std::string form = str_attr(sp, "kv_form");
+      if (form != "whole" && form != "selected") bad(rg + "/split/inputs: kv_form '" + form + "' is none of whole, selected");
+      const int64_t n_pages = int_attr(sp, "n_pages");
+      if (form == "whole" && n_pages != d.pages) bad(rg + "/split/inputs: whole form but n_stored_pages != n_pages");
+      d.used_experts = int(int_attr(root.open_group(rg + "/moe/inputs"), "n_experts"));
+      for (const TensorSpec& s : tensor_specs()) {
+        if (s.group[0] == '/') continue;
+        if (std::string(s.name) == "page_ids" && form == "whole") continue;
+        check_tensor(r, s, d);
+      }
+      rank_dims.push_back(d);
+    }
+  }
+
+  template <class T>
+  std::vector<T> get(int rank, const std::string& group, const std::string& name) const {
+    std::lock_guard<std::mutex> lock(h5_mutex());
+    const TensorSpec& s = find_spec(group, name);
+    static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4, "raw bits");
+    if (sizeof(T) != dtype_bytes(s.dtype)) throw std::logic_error("reader: element size of " + group + "/" + name);
+    h5::Dataset ds = root.open_dataset(full(rank, group, name));
+    std::vector<T> v(ds.size());
+    ds.read_raw(v.data(), stored_elem(s.dtype));
+    return v;
+  }
+
+  void check_rank(int r) const {
+    if (r < 0 || r >= tp)
+      throw std::invalid_argument("golden " + path + ": rank " + std::to_string(r) + " is outside 0.." +
+                                  std::to_string(tp - 1));
+  }
+
+  StepShared shared() const {
+    StepShared s;
+    s.tokens = tokens;
+    s.q_len = q_len;
+    s.bt_width = base.bt_width;
+    s.score_width = base.score_width;
+    s.seq_lens = get<int32_t>(0, "/inputs", "seq_lens");
+    s.block_table = get<int32_t>(0, "/inputs", "block_table");
+    s.index_scores = get<float>(0, "/inputs", "index_scores");
+    s.h_in = get<uint16_t>(0, "/inputs", "h_in");
+    return s;
+  }
+
+  IndexOut index_out(int r) const {
+    IndexOut o;
+    o.sparse_table = get<int32_t>(r, "index/outputs", "sparse_table");
+    o.blocks = get<int32_t>(r, "index/outputs", "blocks");
+    o.n_ctx = get<int32_t>(r, "index/outputs", "n_ctx");
+    o.long_row = get<uint8_t>(r, "index/outputs", "long_row");
+    return o;
+  }
+
+  StepRank rank_inputs(int r) const {
+    StepRank R;
+    R.q = get<uint16_t>(r, "split/inputs", "q");
+    std::string form;
+    int64_t n_pages;
+    {
+      std::lock_guard<std::mutex> lock(h5_mutex());
+      h5::Group sp = root.open_group("/rank" + std::to_string(r) + "/split/inputs");
+      form = sp.attr_string("kv_form");
+      n_pages = sp.attr_int("n_pages");
+    }
+    R.n_pages = int(n_pages);
+    std::vector<uint8_t> k = get<uint8_t>(r, "split/inputs", "k_cache");
+    std::vector<uint8_t> v = get<uint8_t>(r, "split/inputs", "v_cache");
+    std::vector<float> ks = get<float>(r, "split/inputs", "k_scale");
+    std::vector<float> vs = get<float>(r, "split/inputs", "v_scale");
+    if (form == "whole") {
+      R.k_cache = std::move(k);
+      R.v_cache = std::move(v);
+      R.k_scale = std::move(ks);
+      R.v_scale = std::move(vs);
+      return R;
+    }
+    // Selected form: rebuild the caches at full size, zero where nothing was stored.
+    const std::vector<int32_t> ids = get<int32_t>(r, "split/inputs", "page_ids");
+    const size_t pb = size_t(cfg.page) * cfg.head_dim;
+    R.k_cache.assign(size_t(n_pages) * pb, 0);
+    R.v_cache.assign(size_t(n_pages) * pb, 0);
+    if (cfg.static_kv_scale) {
+      R.k_scale = std::move(ks);
+      R.v_scale = std::move(vs);
+    } else {
+      R.k_scale.assign(size_t(n_pages) * cfg.page, 0.0f);
+      R.v_scale.assign(size_t(n_pages) * cfg.page, 0.0f);
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int32_t p = ids[i];
+      if (p < 0 || p >= n_pages)
+        bad("/rank" + std::to_string(r) + "/split/inputs/page_ids[" + std::to_string(i) + "] = " + std::to_string(p) +
+            " is outside the cache of " + std::to_string(n_pages) + " pages");
+      std::memcpy(&R.k_cache[size_t(p) * pb], &k[i * pb], pb);
+      std::memcpy(&R.v_cache[size_t(p) * pb], &v[i * pb], pb);
+      if (!cfg.static_kv_scale) {
+        std::memcpy(&R.k_scale[size_t(p) * cfg.page], &ks[i * cfg.page], cfg.page * sizeof(float));
+        std::memcpy(&R.v_scale[size_t(p) * cfg.page], &vs[i * cfg.page], cfg.page * sizeof(float));
+      }
+    }
+    return R;
+  }
+
+  SplitOut split_out(int r, const char* g) const {
+    SplitOut o;
+    o.q8 = get<uint8_t>(r, g, "q8");
+    o.o = get<uint16_t>(r, g, "o");
+    o.m = get<float>(r, g, "m");
+    o.l = get<float>(r, g, "l");
+    return o;
+  }
+  MergeOut merge_out(int r, const char* g) const {
+    MergeOut o;
+    o.attn = get<uint16_t>(r, g, "attn");
+    o.attn8 = get<uint8_t>(r, g, "attn8");
+    o.x_scale = get<float>(r, g, "x_scale");
+    return o;
+  }
+  RouterOut router_out(int r, const char* g) const {
+    RouterOut o;
+    o.xn = get<uint16_t>(r, g, "xn");
+    o.xn8 = get<uint8_t>(r, g, "xn8");
+    o.xsc = get<uint8_t>(r, g, "xsc");
+    o.rstd = get<float>(r, g, "rstd");
+    o.logit = get<float>(r, g, "logit");
+    o.sig = get<float>(r, g, "sig");
+    o.key = get<int32_t>(r, g, "key");
+    return o;
+  }
+  RouteOut route_out(int r) const {
+    RouteOut o;
+    o.ids = get<int32_t>(r, "moe/outputs", "route_ids");
+    o.weights = get<float>(r, "moe/outputs", "route_weights");
+    return o;
+  }
+  MoeOut moe_out(int r) const {
+    MoeOut o;
+    o.gate = get<float>(r, "moe/outputs", "gate");
+    o.up = get<float>(r, "moe/outputs", "up");
+    o.mid = get<uint16_t>(r, "moe/outputs", "mid");
+    o.mid8 = get<uint8_t>(r, "moe/outputs", "mid8");
+    o.midsc = get<uint8_t>(r, "moe/outputs", "midsc");
+    o.partial = get<uint16_t>(r, "moe/outputs", "partial");
+    return o;
+  }
+  RankWeights rank_weights(int r) const {
+    RankWeights w;
+    w.w_o = get<uint8_t>(r, "oproj/inputs", "w_o");
+    w.s_o = get<float>(r, "oproj/inputs", "s_o");
+    w.g_post = get<uint16_t>(r, "router/inputs", "g_post");
+    w.w_gate = get<uint16_t>(r, "router/inputs", "w_gate");
+    w.bias = get<float>(r, "router/inputs", "bias");
+    return w;
+  }
+};
+
+namespace {
+
+// The experts a golden stores, read on demand (one hyperslab a tensor), cached.
+class StoredExpertSource : public ExpertSource {
+ public:
+  explicit StoredExpertSource(std::shared_ptr<const GoldenReader::Impl> p) : p_(std::move(p)) {
+    for (int r = 0; r < p_->tp; ++r) ids_.push_back(p_->get<int32_t>(r, "moe/inputs", "expert_ids"));
+  }
+  std::shared_ptr<const ExpertWeights> expert(int rank, int e) const override {
+    p_->check_rank(rank);
+    const std::vector<int32_t>& ids = ids_[size_t(rank)];
+    auto it = std::lower_bound(ids.begin(), ids.end(), e);
+    if (it == ids.end() || *it != e)
+      throw std::invalid_argument("golden " + p_->path + ": expert " + std::to_string(e) + " of rank " +
+                                  std::to_string(rank) + " is not stored (a golden holds only the experts routed to)");
+    const size_t i = size_t(it - ids.begin());
+    std::lock_guard<std::mutex> lock(h5_mutex());
+    auto c = cache_.find({rank, e});
+    if (c != cache_.end()) return c->second;
+    auto ew = std::make_shared<ExpertWeights>();
+    const std::string g = "/rank" + std::to_string(rank) + "/moe/inputs/";
+    auto read = [&](const char* name, std::vector<uint8_t>& v) {
+      h5::Dataset d = p_->root.open_dataset(g + name);
+      const std::vector<uint64_t> sh = d.shape();
+      v.resize(sh[1] * sh[2]);
+      d.read_rows(i, 1, v.data(), h5::Elem::U8);
+    };
+    read("w13", ew->w13);
+    read("s13", ew->s13);
+    read("w2", ew->w2);
+    read("s2", ew->s2);
+    if (cache_.size() >= 32) cache_.erase(cache_.begin());
+    cache_[{rank, e}] = ew;
+    return ew;
+  }
+
+ private:
+  std::shared_ptr<const GoldenReader::Impl> p_;
+  std::vector<std::vector<int32_t>> ids_;
+  mutable std::map<std::pair<int, int>, std::shared_ptr<const ExpertWeights>> cache_;
+};
+
+}  // namespace
+
+GoldenReader::GoldenReader(const std::string& path) : p_(std::make_shared<Impl>()) {
+  p_->path = path;
+  try {
+    p_->open();
+  } catch (const h5::Error& e) {
+    throw FormatError(std::string("golden ") + path + ": " + e.what());
+  }
+}
+GoldenReader::~GoldenReader() = default;
+GoldenReader::GoldenReader(GoldenReader&&) noexcept = default;
+
+const std::string& GoldenReader::path() const { return p_->path; }
+const Config& GoldenReader::config() const { return p_->cfg; }
+int GoldenReader::tp() const { return p_->tp; }
+int GoldenReader::tokens() const { return p_->tokens; }
+std::string GoldenReader::root_attr(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(h5_mutex());
+  return p_->str_attr(p_->root, name);
+}
+
+IndexStage GoldenReader::index(int r) const {
+  p_->check_rank(r);
+  return IndexStage{p_->shared(), p_->index_out(r)};
+}
+
+SplitStage GoldenReader::split(int r) const {
+  p_->check_rank(r);
+  SplitStage s;
+  s.shared = p_->shared();
+  s.rank = p_->rank_inputs(r);
+  s.index = p_->index_out(r);
+  s.out = p_->split_out(r, "split/outputs");
+  return s;
+}
+
+MergeStage GoldenReader::merge(int r) const {
+  p_->check_rank(r);
+  MergeStage s;
+  s.tokens = p_->tokens;
+  s.in = p_->split_out(r, "merge/inputs");
+  s.out = p_->merge_out(r, "merge/outputs");
+  return s;
+}
+
+OprojStage GoldenReader::oproj(int r) const {
+  p_->check_rank(r);
+  OprojStage s;
+  s.tokens = p_->tokens;
+  s.in = p_->merge_out(r, "oproj/inputs");
+  s.w.w_o = p_->get<uint8_t>(r, "oproj/inputs", "w_o");
+  s.w.s_o = p_->get<float>(r, "oproj/inputs", "s_o");
+  s.h_in = p_->get<uint16_t>(r, "oproj/inputs", "h_in");
+  s.out.partial = p_->get<uint16_t>(r, "oproj/outputs", "partial");
+  for (int j = 0; j < p_->tp; ++j) s.rank_partials.push_back(p_->get<uint16_t>(j, "oproj/outputs", "partial"));
+  s.a = p_->get<uint16_t>(r, "oproj/outputs", "a");
+  s.h_mid = p_->get<uint16_t>(r, "oproj/outputs", "h_mid");
+  return s;
+}
+
+RouterStage GoldenReader::router(int r) const {
+  p_->check_rank(r);
+  RouterStage s;
+  s.tokens = p_->tokens;
+  s.a = p_->get<uint16_t>(r, "router/inputs", "a");
+  s.h_in = p_->get<uint16_t>(r, "router/inputs", "h_in");
+  s.w.g_post = p_->get<uint16_t>(r, "router/inputs", "g_post");
+  s.w.w_gate = p_->get<uint16_t>(r, "router/inputs", "w_gate");
+  s.w.bias = p_->get<float>(r, "router/inputs", "bias");
+  s.out = p_->router_out(r, "router/outputs");
+  return s;
+}
+
+MoeStage GoldenReader::moe(int r) const {
+  p_->check_rank(r);
+  MoeStage s;
+  s.tokens = p_->tokens;
+  s.in = p_->router_out(r, "moe/inputs");
+  s.expert_ids = p_->get<int32_t>(r, "moe/inputs", "expert_ids");
+  s.experts = std::make_shared<StoredExpertSource>(p_);
+  s.route = p_->route_out(r);
+  s.out = p_->moe_out(r);
+  for (int j = 0; j < p_->tp; ++j) s.rank_partials.push_back(p_->get<uint16_t>(j, "moe/outputs", "partial"));
+  s.ar_out = p_->get<uint16_t>(r, "moe/outputs", "ar_out");
+  return s;
+}
+
+StepInputs GoldenReader::inputs() const {
+  StepInputs in;
+  in.shared = p_->shared();
+  for (int r = 0; r < p_->tp; ++r) in.ranks.push_back(p_->rank_inputs(r));
+  return in;
+}
+
+RankResult GoldenReader::rank_result(int r) const {
+  p_->check_rank(r);
+  RankResult R;
+  R.index = p_->index_out(r);
+  R.split = p_->split_out(r, "split/outputs");
+  R.merge = p_->merge_out(r, "merge/outputs");
+  R.oproj.partial = p_->get<uint16_t>(r, "oproj/outputs", "partial");
+  R.a = p_->get<uint16_t>(r, "oproj/outputs", "a");
+  R.h_mid = p_->get<uint16_t>(r, "oproj/outputs", "h_mid");
+  R.router = p_->router_out(r, "router/outputs");
+  R.route = p_->route_out(r);
+  R.moe = p_->moe_out(r);
+  R.ar_out = p_->get<uint16_t>(r, "moe/outputs", "ar_out");
+  return R;
+}
+
+StepResult GoldenReader::result() const {
+  StepResult res;
+  for (int r = 0; r < p_->tp; ++r) res.ranks.push_back(rank_result(r));
+  return res;
+}
+
+LayerWeights GoldenReader::weights() const {
+  LayerWeights w;
+  w.cfg = p_->cfg;
+  for (int r = 0; r < p_->tp; ++r) w.ranks.push_back(p_->rank_weights(r));
+  w.experts = std::make_shared<StoredExpertSource>(p_);
+  return w;
+}
+
+}  // namespace k4::golden

@@ -1,0 +1,386 @@
+// scenario.cpp -- see scenario.hpp.
+#include "golden/scenario.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <stdexcept>
+
+#include "golden/synth.hpp"
+#include "reference/numerics/bf16.hpp"
+#include "reference/numerics/e4m3.hpp"
+
+namespace k4 {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& where, const std::string& what) {
+  throw std::invalid_argument(where + ": " + what);
+}
+
+// A seeded stream for one purpose: word c of key(seed, purpose).
+struct Rng {
+  uint64_t key;
+  uint64_t c = 0;
+  Rng(uint64_t seed, const std::string& purpose) : key(synth::tensor_key(seed, "scenario/" + purpose)) {}
+  uint64_t next() { return synth::word(key, c++); }
+  // Uniform in [lo, hi] (inclusive); the modulo bias is irrelevant here.
+  int64_t range(int64_t lo, int64_t hi) { return lo + int64_t(next() % uint64_t(hi - lo + 1)); }
+  double unit() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }
+  double normal() {
+    const uint64_t w = next();
+    double s = 0;
+    for (int k = 0; k < 4; ++k) s += (double((w >> (16 * k)) & 0xFFFFu) + 0.5) * (1.0 / 65536.0);
+    return (s - 2.0) * 1.7320508075688772;
+  }
+};
+
+template <class T>
+void get_opt(const json& j, const char* key, T& out, const std::string& where) {
+  if (!j.contains(key)) return;
+  try {
+    j.at(key).get_to(out);
+  } catch (const std::exception& e) {
+    bad(where, std::string("key '") + key + "' has the wrong type (" + e.what() + ")");
+  }
+}
+
+int blocks_of(const Config& c, int64_t keys) {
+  const int64_t ctx = std::max<int64_t>(keys, 1);
+  return int((ctx + c.sparse_block - 1) / c.sparse_block);
+}
+
+int64_t draw_context(const Config& c, const std::string& spec, Rng& rng, const std::string& where) {
+  const int64_t blk = c.sparse_block, short_max = int64_t(c.topk_blocks) * blk,
+                medium_max = int64_t(c.long_from_blocks()) * blk, max = c.max_context;
+  if (spec == "short") return rng.range(1, short_max);
+  if (spec == "medium") return rng.range(short_max + 1, medium_max);
+  if (spec == "long") return rng.range(medium_max + 1, max);
+  if (spec == "max") return max;
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(spec, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != spec.size() || v < 0 || v > max)
+    bad(where, "context '" + spec + "' is neither a key count in 0.." + std::to_string(max) +
+                   " nor one of short, medium, long, max");
+  return v;
+}
+
+}  // namespace
+
+Scenario scenario_from_json(const std::string& text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    bad(where, std::string("not valid JSON (") + e.what() + ")");
+  }
+  if (!j.is_object()) bad(where, "a scenario is a JSON object");
+  static const std::set<std::string> keys = {"tokens",         "q_len",        "context", "pad_rows", "static_kv_scale",
+                                             "kv_page_stride", "cache_blocks", "inject"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!keys.count(it.key())) bad(where, "unknown key '" + it.key() + "'");
+  Scenario s;
+  get_opt(j, "tokens", s.tokens, where);
+  get_opt(j, "q_len", s.q_len, where);
+  if (j.contains("context")) {
+    s.context.clear();
+    const json& c = j["context"];
+    const json list = c.is_array() ? c : json::array({c});
+    for (const json& e : list) {
+      if (e.is_number_integer()) s.context.push_back(std::to_string(e.get<int64_t>()));
+      else if (e.is_string()) s.context.push_back(e.get<std::string>());
+      else bad(where, "context entries are key counts or short / medium / long / max");
+    }
+  }
+  get_opt(j, "pad_rows", s.pad_rows, where);
+  if (j.contains("static_kv_scale")) {
+    bool b = false;
+    get_opt(j, "static_kv_scale", b, where);
+    s.static_kv_scale = b ? 1 : 0;
+  }
+  get_opt(j, "kv_page_stride", s.kv_page_stride, where);
+  get_opt(j, "cache_blocks", s.cache_blocks, where);
+  if (j.contains("inject")) {
+    const json& i = j["inject"];
+    if (!i.is_object()) bad(where, "inject is a JSON object");
+    static const std::set<std::string> ik = {"score_ties",      "nan_scores",  "neg_zero_scores", "inf_scores",
+                                             "repeated_expert", "extreme_q",   "huge_residual",   "extreme_kv",
+                                             "zero_rows"};
+    for (auto it = i.begin(); it != i.end(); ++it)
+      if (!ik.count(it.key())) bad(where, "unknown inject key '" + it.key() + "'");
+    Injections& x = s.inject;
+    get_opt(i, "score_ties", x.score_ties, where);
+    get_opt(i, "nan_scores", x.nan_scores, where);
+    get_opt(i, "neg_zero_scores", x.neg_zero_scores, where);
+    get_opt(i, "inf_scores", x.inf_scores, where);
+    if (i.contains("repeated_expert")) {
+      const json& r = i["repeated_expert"];
+      if (r.is_boolean()) x.repeated_expert = r.get<bool>() ? -2 : -1;
+      else if (r.is_number_integer()) x.repeated_expert = r.get<int>();
+      else bad(where, "repeated_expert is an expert id or true / false");
+    }
+    get_opt(i, "extreme_q", x.extreme_q, where);
+    get_opt(i, "huge_residual", x.huge_residual, where);
+    get_opt(i, "extreme_kv", x.extreme_kv, where);
+    get_opt(i, "zero_rows", x.zero_rows, where);
+  }
+  return s;
+}
+
+std::string scenario_to_json(const Scenario& s) {
+  nlohmann::ordered_json j;
+  j["tokens"] = s.tokens;
+  j["q_len"] = s.q_len;
+  nlohmann::ordered_json ctx = nlohmann::ordered_json::array();
+  for (const std::string& c : s.context) {
+    bool num = !c.empty() && std::all_of(c.begin(), c.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (num) ctx.push_back(std::stoll(c));
+    else ctx.push_back(c);
+  }
+  j["context"] = ctx;
+  j["pad_rows"] = s.pad_rows;
+  if (s.static_kv_scale >= 0) j["static_kv_scale"] = s.static_kv_scale == 1;
+  if (s.kv_page_stride >= 0) j["kv_page_stride"] = s.kv_page_stride;
+  j["cache_blocks"] = s.cache_blocks;
+  const Injections& x = s.inject;
+  nlohmann::ordered_json i;
+  i["score_ties"] = x.score_ties;
+  i["nan_scores"] = x.nan_scores;
+  i["neg_zero_scores"] = x.neg_zero_scores;
+  i["inf_scores"] = x.inf_scores;
+  if (x.repeated_expert == -2) i["repeated_expert"] = true;
+  else if (x.repeated_expert == -1) i["repeated_expert"] = false;
+  else i["repeated_expert"] = x.repeated_expert;
+  i["extreme_q"] = x.extreme_q;
+  i["huge_residual"] = x.huge_residual;
+  i["extreme_kv"] = x.extreme_kv;
+  i["zero_rows"] = x.zero_rows;
+  j["inject"] = i;
+  return j.dump();
+}
+
+void validate_scenario(const Scenario& s, const Config& cfg) {
+  const std::string w = "scenario";
+  if (s.tokens < 1 || s.tokens > cfg.max_tokens)
+    bad(w, "tokens " + std::to_string(s.tokens) + " is outside 1.." + std::to_string(cfg.max_tokens));
+  if (s.q_len < 1 || s.tokens % s.q_len != 0)
+    bad(w, "q_len " + std::to_string(s.q_len) + " must divide tokens " + std::to_string(s.tokens));
+  const size_t req = size_t(s.tokens / s.q_len);
+  if (s.context.empty() || (s.context.size() != 1 && s.context.size() != req && s.context.size() != size_t(s.tokens)))
+    bad(w, "context has " + std::to_string(s.context.size()) + " entries; give 1, one a request (" +
+               std::to_string(req) + ") or one a row (" + std::to_string(s.tokens) + ")");
+  Rng probe(0, "probe");
+  for (const std::string& c : s.context) draw_context(cfg, c, probe, w);
+  for (int r : s.pad_rows)
+    if (r < 0 || r >= s.tokens) bad(w, "pad row " + std::to_string(r) + " is outside 0.." + std::to_string(s.tokens - 1));
+  for (int r : s.inject.zero_rows)
+    if (r < 0 || r >= s.tokens) bad(w, "zero row " + std::to_string(r) + " is outside 0.." + std::to_string(s.tokens - 1));
+  if (s.kv_page_stride != -1 && s.kv_page_stride != 8 && s.kv_page_stride != 16)
+    bad(w, "kv_page_stride " + std::to_string(s.kv_page_stride) + " is none of 8, 16");
+  if (s.cache_blocks < 1) bad(w, "cache_blocks must be at least 1");
+  const Injections& x = s.inject;
+  if (x.nan_scores < 0 || x.neg_zero_scores < 0 || x.inf_scores < 0) bad(w, "injection counts must be >= 0");
+  if (x.repeated_expert < -2 || x.repeated_expert >= cfg.n_routed)
+    bad(w, "repeated_expert " + std::to_string(x.repeated_expert) + " is outside 0.." + std::to_string(cfg.n_routed - 1));
+}
+
+void apply_scenario(const Scenario& s, Config& cfg) {
+  if (s.static_kv_scale >= 0) cfg.static_kv_scale = s.static_kv_scale == 1;
+  if (s.kv_page_stride > 0) cfg.kv_page_stride = s.kv_page_stride;
+  cfg.validate();
+}
+
+std::vector<int32_t> scenario_seq_lens(const Config& cfg, const Scenario& s, uint64_t seed) {
+  validate_scenario(s, cfg);
+  const int S = s.tokens, Q = s.q_len, R = S / Q;
+  Rng rng(seed, "context");
+  std::vector<int32_t> seq(static_cast<size_t>(S));
+  if (s.context.size() == size_t(S) && !(S == R && s.context.size() == 1)) {
+    for (int k = 0; k < S; ++k) seq[size_t(k)] = int32_t(draw_context(cfg, s.context[size_t(k)], rng, "scenario"));
+  } else {
+    for (int i = 0; i < R; ++i) {
+      const std::string& spec = s.context.size() == 1 ? s.context[0] : s.context[size_t(i)];
+      int64_t L = draw_context(cfg, spec, rng, "scenario");
+      L = std::max<int64_t>(L, Q);
+      for (int j = 0; j < Q; ++j) seq[size_t(i * Q + j)] = int32_t(L - (Q - 1 - j));
+    }
+  }
+  for (int r : s.pad_rows) seq[size_t(r)] = 0;
+  return seq;
+}
+
+StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, const LayerWeights* w) {
+  validate_scenario(s, cfg);
+  const Config& c = cfg;
+  const int S = s.tokens, Q = s.q_len, R = S / Q, H = c.hidden, OK = c.o_k();
+  StepInputs in;
+  StepShared& sh = in.shared;
+  sh.tokens = S;
+  sh.q_len = Q;
+  sh.seq_lens = scenario_seq_lens(cfg, s, seed);
+  std::vector<bool> pad(size_t(S), false);
+  for (int r : s.pad_rows) pad[size_t(r)] = true;
+  std::vector<bool> zero(size_t(S), false);
+  for (int r : s.inject.zero_rows) zero[size_t(r)] = true;
+
+  // Block tables: a request's rows share its blocks.
+  std::vector<int> nblk(static_cast<size_t>(S));
+  for (int k = 0; k < S; ++k) nblk[size_t(k)] = blocks_of(c, sh.seq_lens[size_t(k)]);
+  sh.bt_width = *std::max_element(nblk.begin(), nblk.end());
+  sh.score_width = sh.bt_width;
+  std::vector<int64_t> req_blocks(static_cast<size_t>(R)), offset(static_cast<size_t>(R));
+  int64_t total = 0;
+  for (int i = 0; i < R; ++i) {
+    int64_t m = 0;
+    for (int j = 0; j < Q; ++j) m = std::max<int64_t>(m, nblk[size_t(i * Q + j)]);
+    req_blocks[size_t(i)] = m;
+    offset[size_t(i)] = total;
+    total += m;
+  }
+  const int64_t n_alloc = std::max<int64_t>(1, std::min<int64_t>(total, s.cache_blocks));
+  std::vector<int32_t> perm(static_cast<size_t>(n_alloc));
+  for (int64_t a = 0; a < n_alloc; ++a) perm[size_t(a)] = int32_t(a);
+  {
+    Rng rng(seed, "block_table");
+    for (int64_t a = n_alloc - 1; a > 0; --a) std::swap(perm[size_t(a)], perm[size_t(rng.range(0, a))]);
+  }
+  sh.block_table.assign(size_t(S) * sh.bt_width, 0);
+  for (int k = 0; k < S; ++k) {
+    if (pad[size_t(k)]) continue;
+    const int i = k / Q;
+    for (int b = 0; b < nblk[size_t(k)]; ++b)
+      sh.block_table[size_t(k) * sh.bt_width + b] = perm[size_t((offset[size_t(i)] + b) % n_alloc)];
+  }
+
+  // Index scores.
+  sh.index_scores.resize(size_t(S) * sh.score_width);
+  {
+    Rng rng(seed, "index_scores");
+    for (float& v : sh.index_scores) v = float(4.0 * rng.normal());
+    const Injections& x = s.inject;
+    Rng pick(seed, "score_injections");
+    for (int k = 0; k < S; ++k) {
+      float* row = &sh.index_scores[size_t(k) * sh.score_width];
+      const int n = nblk[size_t(k)];
+      if (x.score_ties) {
+        float best = -std::numeric_limits<float>::infinity();
+        for (int b = 0; b < n; ++b) {
+          row[b] = std::floor(row[b] * 2.0f) * 0.5f;
+          best = std::max(best, row[b]);
+        }
+        for (int t = 0; t < std::min(n, 3); ++t) row[pick.range(0, n - 1)] = best;
+      }
+      for (int t = 0; t < x.nan_scores; ++t)
+        row[pick.range(0, n - 1)] = f32_from_bits((t % 2) ? 0xFFC00000u : 0x7FC00000u);
+      for (int t = 0; t < x.neg_zero_scores; ++t) {
+        row[pick.range(0, n - 1)] = -0.0f;
+        row[pick.range(0, n - 1)] = 0.0f;
+      }
+      for (int t = 0; t < x.inf_scores; ++t)
+        row[pick.range(0, n - 1)] = (t % 2) ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+      if (zero[size_t(k)]) std::fill(row, row + sh.score_width, 0.0f);
+    }
+  }
+
+  // Residual.
+  sh.h_in.resize(size_t(S) * H);
+  {
+    Rng rng(seed, "h_in");
+    for (uint16_t& v : sh.h_in) v = bf16_bits_rne(float(rng.normal()));
+    const Injections& x = s.inject;
+    if (x.repeated_expert >= 0 && w && !w->ranks.empty()) {
+      const uint16_t* g = &w->ranks[0].w_gate[size_t(x.repeated_expert) * H];
+      for (int k = 0; k < S; ++k)
+        for (int i = 0; i < H; ++i) sh.h_in[size_t(k) * H + i] = bf16_bits_rne((g[i] & 0x8000u) ? -32.0f : 32.0f);
+    } else if (x.repeated_expert != -1) {  // the same row everywhere (no weights to aim with)
+      for (int k = 1; k < S; ++k) std::copy_n(&sh.h_in[0], H, &sh.h_in[size_t(k) * H]);
+      for (uint16_t& v : sh.h_in) v = bf16_bits_rne(bf16_to_f32(v) * 32.0f);
+    }
+    if (x.huge_residual) {
+      const float scale[3] = {256.0f, 1e20f, 1e37f};
+      for (int k = 0; k < S; ++k)
+        for (int i = 0; i < H; ++i) {
+          uint16_t& v = sh.h_in[size_t(k) * H + i];
+          v = bf16_bits_rne(bf16_to_f32(v) * scale[k % 3]);
+        }
+    }
+    for (int k = 0; k < S; ++k)
+      if (zero[size_t(k)]) std::fill_n(&sh.h_in[size_t(k) * H], H, uint16_t(0));
+  }
+
+  // Per rank: q and the KV cache.
+  const int stride = c.kv_page_stride, ppb = c.pages_per_block(), pb = c.page * c.head_dim;
+  const int n_pages = int((n_alloc - 1) * stride + ppb);
+  for (int r = 0; r < c.tp; ++r) {
+    StepRank R0;
+    const std::string rk = "/rank" + std::to_string(r);
+    R0.q.resize(size_t(S) * OK);
+    Rng rq(seed, "q" + rk);
+    for (uint16_t& v : R0.q) v = bf16_bits_rne(float(rq.normal()));
+    if (s.inject.extreme_q) {
+      const float specials[] = {448.0f, -448.0f, 464.0f, 466.0f, -480.0f, 1e4f, std::numeric_limits<float>::infinity(),
+                                -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                                0x1p-10f, 0x1p-9f, -0.0f};
+      for (int k = 0; k < S; ++k)
+        for (int h = 0; h < c.heads; ++h)
+          for (int t = 0; t < 12; ++t) {
+            const int d = int(rq.range(0, c.head_dim - 1));
+            R0.q[size_t(k) * OK + size_t(h) * c.head_dim + d] = bf16_bits_rne(specials[(t + k + h) % 12]);
+          }
+    }
+    for (int k = 0; k < S; ++k)
+      if (zero[size_t(k)]) std::fill_n(&R0.q[size_t(k) * OK], OK, uint16_t(0));
+    R0.n_pages = n_pages;
+    R0.k_cache.assign(size_t(n_pages) * pb, 0);
+    R0.v_cache.assign(size_t(n_pages) * pb, 0);
+    const size_t n_scales = c.static_kv_scale ? 1 : size_t(n_pages) * c.page;
+    R0.k_scale.assign(n_scales, 0.0f);
+    R0.v_scale.assign(n_scales, 0.0f);
+    Rng rkv(seed, "kv" + rk);
+    for (int64_t a = 0; a < n_alloc; ++a)
+      for (int j = 0; j < ppb; ++j) {
+        const size_t p = size_t(a * stride + j);
+        for (int i = 0; i < pb; ++i) {
+          R0.k_cache[p * pb + i] = e4m3_bits(float(48.0 * rkv.normal()), Fp8Overflow::Saturate);
+          R0.v_cache[p * pb + i] = e4m3_bits(float(48.0 * rkv.normal()), Fp8Overflow::Saturate);
+        }
+        if (!c.static_kv_scale)
+          for (int t = 0; t < c.page; ++t) {
+            R0.k_scale[p * c.page + t] = float(0.002 + 0.018 * rkv.unit());
+            R0.v_scale[p * c.page + t] = float(0.002 + 0.018 * rkv.unit());
+          }
+      }
+    if (c.static_kv_scale) {
+      R0.k_scale[0] = float(0.002 + 0.018 * rkv.unit());
+      R0.v_scale[0] = float(0.002 + 0.018 * rkv.unit());
+    }
+    if (s.inject.extreme_kv) {
+      const uint8_t codes[] = {0x7E, 0xFE, 0x01, 0x81, 0x00, 0x80};
+      for (int64_t a = 0; a < n_alloc; ++a)
+        for (int j = 0; j < ppb; ++j) {
+          const size_t p = size_t(a * stride + j);
+          for (int t = 0; t < 16; ++t) {
+            R0.k_cache[p * pb + size_t(rkv.range(0, pb - 1))] = codes[t % 6];
+            R0.v_cache[p * pb + size_t(rkv.range(0, pb - 1))] = codes[(t + 3) % 6];
+          }
+          if (!c.static_kv_scale) {
+            R0.k_scale[p * c.page + size_t(rkv.range(0, c.page - 1))] = 0.0f;
+            R0.v_scale[p * c.page + size_t(rkv.range(0, c.page - 1))] = 1e3f;
+          }
+        }
+    }
+    in.ranks.push_back(std::move(R0));
+  }
+  return in;
+}
+
+}  // namespace k4

@@ -1,0 +1,73 @@
+// scenario.hpp -- one decode step's inputs (StepInputs) from a seed and a small scenario.
+//
+// JSON form (every key optional; unknown keys are an error):
+//   {"tokens": 4, "q_len": 1,
+//    "context": [1000, "short", "long"],   one entry for every request, one a request, or one a row;
+//                                          ints are keys; "short" (1 .. TOPK_BLOCKS blocks, the id-
+//                                          order path), "medium" (.. THREADS blocks, ranked),
+//                                          "long" (past THREADS blocks: split candidates), "max"
+//    "pad_rows": [3],                      seq_len 0, all-zero block-table row
+//    "static_kv_scale": false, "kv_page_stride": 16,   override the config's
+//    "cache_blocks": 256,                  block allocations in the cache at most
+//    "inject": {"score_ties": true, "nan_scores": 2, "neg_zero_scores": 2, "inf_scores": 2,
+//               "repeated_expert": 5 | true, "extreme_q": true, "huge_residual": true,
+//               "extreme_kv": true, "zero_rows": [1]}}
+// Contexts: a request's q_len rows are consecutive positions, its last row has the
+// request's context L, row j of it L - (q_len - 1 - j) keys.
+// Block tables: the cache holds min(total blocks, cache_blocks) block allocations in a
+// seeded random order; request i's block b is allocation perm[(offset_i + b) % n_alloc], so
+// ids are distinct unless the step needs more blocks than the cache holds, when blocks share
+// pages (only the block table must be valid, the content does not matter to the contract).
+// Allocation a's pages are a * kv_page_stride + j (j < 8); n_pages = (n_alloc - 1) * stride
+// + 8; pages no block uses are zero. Memory stays small for any context: a long row costs its
+// block-table and score rows (4 bytes a block), not its keys.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reference/config.hpp"
+#include "reference/inputs.hpp"
+#include "reference/weights.hpp"
+
+namespace k4 {
+
+struct Injections {
+  bool score_ties = false;     // scores rounded to halves, the row's best value repeated
+  int nan_scores = 0;          // blocks a row given NaN (alternately +NaN and -NaN)
+  int neg_zero_scores = 0;     // blocks a row given -0 (and as many +0)
+  int inf_scores = 0;          // blocks a row given +Inf / -Inf alternately
+  int repeated_expert = -1;    // >= 0: h_in aligned with that expert's gate row (every token picks
+                               // it); -2: every token's h_in the same (the same picks); -1: off
+  bool extreme_q = false;      // q at +-448, 464 (the tie), 466 (past it), 1e4, +-Inf, NaN, 2^-10, -0
+  bool huge_residual = false;  // h_in rows scaled by 256, 1e20, 1e37
+  bool extreme_kv = false;     // K / V codes +-448 and subnormals, scales 0 and large
+  std::vector<int> zero_rows;  // q, h_in and index-score rows all zero
+};
+
+struct Scenario {
+  int tokens = 1;
+  int q_len = 1;
+  std::vector<std::string> context = {"short"};
+  std::vector<int> pad_rows;
+  int static_kv_scale = -1;  // -1: the config's, 0 / 1 override
+  int kv_page_stride = -1;   // -1: the config's
+  int cache_blocks = 256;
+  Injections inject;
+};
+
+// Throws std::invalid_argument naming `where` and the key.
+Scenario scenario_from_json(const std::string& text, const std::string& where);
+std::string scenario_to_json(const Scenario& s);
+// Checks ranges (tokens 1..max_tokens, q_len divides tokens, row indices, context names).
+void validate_scenario(const Scenario& s, const Config& cfg);
+// The config fields a scenario overrides (static_kv_scale, kv_page_stride).
+void apply_scenario(const Scenario& s, Config& cfg);
+
+// The step's inputs. `w` (optional) lets repeated_expert aim at an expert's gate row.
+StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, const LayerWeights* w = nullptr);
+
+// Context of each row (seq_lens), as make_inputs draws them.
+std::vector<int32_t> scenario_seq_lens(const Config& cfg, const Scenario& s, uint64_t seed);
+
+}  // namespace k4

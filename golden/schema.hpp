@@ -1,0 +1,185 @@
+// schema.hpp -- the golden file: every stage's inputs and outputs of every TP rank, as raw
+// bits in HDF5 (docs/golden-format.md is the reference; the table in schema.cpp is the one
+// source of truth both directions use).
+//
+//   /                      attributes magic "K4GOLDEN", schema_version 1, contract_version,
+//                          tool_version, config (JSON), scenario (JSON), seeds (JSON), tp,
+//                          tokens, weights
+//   /inputs/               the shared step inputs (seq_lens, block_table, index_scores, h_in)
+//   /rank<r>/<stage>/inputs/   stage in index, split, merge, oproj, router, moe
+//   /rank<r>/<stage>/outputs/
+// A stage input that is another stage's output (or a shared input) is a soft link to it.
+// Every dataset is an integer dataset of raw bits with attributes dtype, dims and meaning.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "reference/config.hpp"
+#include "reference/inputs.hpp"
+#include "reference/model.hpp"
+#include "reference/weights.hpp"
+
+namespace k4::golden {
+
+constexpr const char* kMagic = "K4GOLDEN";
+constexpr int kSchemaVersion = 1;
+constexpr const char* kContractVersion = "1";
+constexpr const char* kInputsMagic = "K4INPUTS";
+
+// The generator's revision: K4_TOOL_VERSION if the build defines it (git describe), else
+// the compiled-in version string.
+std::string tool_version();
+
+// A file that does not hold what the schema says (bad input: exit code 2).
+class FormatError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// The value types of stored tensors (attribute "dtype"); each is stored as raw bits in the
+// integer type that holds it: bf16 -> uint16, f32 -> uint32, i32 -> int32, u8 / e4m3 /
+// e8m0 / e2m1x2 (two E2M1 a byte, the even element in the low nibble) -> uint8.
+enum class DType { BF16, F32, I32, U8, E4M3, E8M0, E2M1X2 };
+const char* dtype_name(DType d);
+bool dtype_from_name(const std::string& s, DType& out);
+size_t dtype_bytes(DType d);
+
+// One row of the schema table.
+struct TensorSpec {
+  const char* group;    // "/inputs" or a rank-relative "<stage>/<inputs|outputs>"
+  const char* name;
+  DType dtype;
+  const char* dims;     // comma-separated dimension names; "kv_scale" resolves by config
+  const char* link;     // "" = stored here; else the target: "/inputs/x" or "@<stage>/<io>/x" (same rank)
+  const char* meaning;
+};
+const std::vector<TensorSpec>& tensor_specs();
+const std::vector<std::string>& stage_names();  // index, split, merge, oproj, router, moe
+
+// Sizes of the named dimensions of one file (token, hidden, page, used_expert, ...).
+struct DimSizes {
+  Config cfg;
+  int tokens = 0, bt_width = 0, score_width = 0;
+  int pages = 0;        // pages stored in /rank<r>/split/inputs (whole cache or the selection)
+  int used_experts = 0; // experts stored in /rank<r>/moe/inputs
+  int64_t of(const std::string& dim) const;                 // throws on an unknown name
+  std::vector<uint64_t> shape(const char* dims) const;
+  std::string dims_of(const char* dims) const;              // "kv_scale" resolved
+};
+
+// Config <-> JSON (every field; reading requires every field and no others).
+std::string config_to_json(const Config& c);
+Config config_from_json(const std::string& json, const std::string& where);
+
+// ---- writing ---------------------------------------------------------------------------
+
+struct GoldenMeta {
+  std::string scenario_json = "{}";  // the scenario as JSON
+  uint64_t weight_seed = 0, input_seed = 0;
+  std::string weights = "synthetic";  // "synthetic" or the checkpoint path
+  // KV pages: "whole" (the caches as they are), "selected" (only the pages the sparse table
+  // names, plus page_ids), or "auto": whole when K + V of a rank fit whole_kv_limit bytes.
+  std::string kv_form = "auto";
+  uint64_t whole_kv_limit = 8u << 20;
+};
+
+struct WriteOptions {
+  bool overwrite = false;
+  std::function<void(uint64_t done, uint64_t total)> progress;  // bytes of tensor data
+};
+
+// Writes FILE atomically (temporary + rename). The experts stored for rank r are the
+// distinct ids of its route (every token's 5 slots, the shared expert included), ascending.
+void write_golden(const std::string& path, const LayerWeights& w, const StepInputs& in, const StepResult& res,
+                  const GoldenMeta& meta, const WriteOptions& opt);
+
+// ---- reading ---------------------------------------------------------------------------
+
+struct IndexStage {
+  StepShared in;  // tokens, q_len, seq_lens, block_table, index_scores (h_in too)
+  IndexOut out;
+};
+struct SplitStage {
+  StepShared shared;
+  StepRank rank;    // caches rebuilt at full size; pages not stored read as zero bytes / scales
+  IndexOut index;
+  SplitOut out;
+};
+struct MergeStage {
+  int tokens = 0;
+  SplitOut in;
+  MergeOut out;
+};
+struct OprojStage {
+  int tokens = 0;
+  MergeOut in;
+  RankWeights w;                                   // w_o, s_o
+  std::vector<uint16_t> h_in;
+  OprojOut out;
+  std::vector<std::vector<uint16_t>> rank_partials;  // every rank's partial (the all-reduce's inputs)
+  std::vector<uint16_t> a, h_mid;
+};
+struct RouterStage {
+  int tokens = 0;
+  std::vector<uint16_t> a, h_in;
+  RankWeights w;  // g_post, w_gate, bias
+  RouterOut out;
+};
+struct MoeStage {
+  int tokens = 0;
+  RouterOut in;
+  std::vector<int32_t> expert_ids;                 // the experts stored (ascending)
+  std::shared_ptr<const ExpertSource> experts;     // serves exactly those (other ids throw)
+  RouteOut route;
+  MoeOut out;
+  std::vector<std::vector<uint16_t>> rank_partials;
+  std::vector<uint16_t> ar_out;
+};
+
+// Not thread-safe (HDF5 is built serial), except the ExpertSource it hands out.
+class GoldenReader {
+ public:
+  // Opens and validates: magic, schema_version, and every dataset's presence, dtype and
+  // shape. Throws FormatError naming the file, the dataset and what was expected.
+  explicit GoldenReader(const std::string& path);
+  ~GoldenReader();
+  GoldenReader(GoldenReader&&) noexcept;
+
+  const std::string& path() const;
+  const Config& config() const;
+  int tp() const;
+  int tokens() const;
+  std::string root_attr(const std::string& name) const;  // string attributes of /
+
+  IndexStage index(int rank) const;
+  SplitStage split(int rank) const;
+  MergeStage merge(int rank) const;
+  OprojStage oproj(int rank) const;
+  RouterStage router(int rank) const;
+  MoeStage moe(int rank) const;
+
+  StepInputs inputs() const;
+  RankResult rank_result(int rank) const;
+  StepResult result() const;
+  // The stored weights: every rank's RankWeights and an ExpertSource of the stored experts.
+  LayerWeights weights() const;
+
+  struct Impl;  // implementation detail (reader.cpp)
+
+ private:
+  std::shared_ptr<Impl> p_;
+};
+
+// ---- an inputs file (what a user captured) ---------------------------------------------
+// Root attributes magic "K4INPUTS", schema_version 1, config (JSON), tokens, q_len, tp;
+// /inputs/{seq_lens, block_table, index_scores, h_in} as in a golden;
+// /rank<r>/inputs/{q, k_cache, v_cache, k_scale, v_scale} whole caches.
+void write_inputs_file(const std::string& path, const Config& cfg, const StepInputs& in, bool overwrite);
+// Reads an inputs file or the inputs of a golden. cfg_out receives the file's config.
+StepInputs read_inputs_file(const std::string& path, Config* cfg_out = nullptr);
+
+}  // namespace k4::golden

@@ -1,0 +1,287 @@
+// synth.cpp -- see synth.hpp.
+#include "golden/synth.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "golden/hf_names.hpp"
+#include "golden/safetensors.hpp"
+#include "golden/schema.hpp"
+#include "reference/numerics/bf16.hpp"
+
+namespace k4::synth {
+
+uint64_t splitmix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001B3ull;
+  }
+  return h;
+}
+
+uint64_t tensor_key(uint64_t seed, const std::string& name) { return splitmix64(seed ^ fnv1a64(name)); }
+
+namespace {
+
+// Magnitude codes of E2M1 (0, .5, 1, 1.5, 2, 3, 4, 6) by 7 random bits: weights 20, 30,
+// 24, 18, 14, 12, 6, 4 (of 128), a rough bell over the code range.
+struct Fp4Table {
+  uint8_t nib[256];
+  Fp4Table() {
+    const int w[8] = {20, 30, 24, 18, 14, 12, 6, 4};
+    uint8_t mag[128];
+    int k = 0;
+    for (int c = 0; c < 8; ++c)
+      for (int j = 0; j < w[c]; ++j) mag[k++] = uint8_t(c);
+    for (int u = 0; u < 256; ++u) nib[u] = uint8_t(((u >> 7) << 3) | mag[u & 127]);
+  }
+};
+const Fp4Table kFp4;
+
+inline uint8_t byte_of(uint64_t w, unsigned k) { return uint8_t(w >> (8 * k)); }
+
+}  // namespace
+
+void fp4_packed(uint64_t key, uint64_t begin, uint64_t n, uint8_t* out) {
+  uint64_t b = begin, c = ~0ull, w = 0;
+  for (uint64_t i = 0; i < n; ++i, ++b) {
+    if (b / 4 != c) {
+      c = b / 4;
+      w = word(key, c);
+    }
+    const unsigned k = unsigned(b % 4) * 2;
+    out[i] = uint8_t(kFp4.nib[byte_of(w, k)] | (kFp4.nib[byte_of(w, k + 1)] << 4));
+  }
+}
+
+void expert_scales(uint64_t key, uint64_t begin, uint64_t n, uint8_t* out) {
+  uint64_t b = begin, c = ~0ull, w = 0;
+  for (uint64_t i = 0; i < n; ++i, ++b) {
+    if (b / 8 != c) {
+      c = b / 8;
+      w = word(key, c);
+    }
+    out[i] = uint8_t(121 + byte_of(w, unsigned(b % 8)) % 4);
+  }
+}
+
+void e4m3_codes(uint64_t key, uint64_t begin, uint64_t n, uint8_t* out) {
+  uint64_t b = begin, c = ~0ull, w = 0;
+  for (uint64_t i = 0; i < n; ++i, ++b) {
+    if (b / 8 != c) {
+      c = b / 8;
+      w = word(key, c);
+    }
+    uint8_t v = byte_of(w, unsigned(b % 8));
+    if ((v & 0x7Fu) == 0x7Fu) v = uint8_t(v ^ 1u);  // NaN code -> +-448
+    out[i] = v;
+  }
+}
+
+void row_scales(uint64_t key, uint64_t begin, uint64_t n, float* out) {
+  for (uint64_t i = 0; i < n; ++i) {
+    const double u = double(word(key, begin + i) >> 40) * (1.0 / 16777216.0);
+    out[i] = float(1e-3 * (0.5 + u));
+  }
+}
+
+namespace {
+double normal_of(uint64_t w) {
+  double s = 0;
+  for (int k = 0; k < 4; ++k) s += (double((w >> (16 * k)) & 0xFFFFu) + 0.5) * (1.0 / 65536.0);
+  return (s - 2.0) * 1.7320508075688772;
+}
+}  // namespace
+
+void normal_bf16(uint64_t key, double sigma, uint64_t begin, uint64_t n, uint16_t* out) {
+  for (uint64_t i = 0; i < n; ++i) out[i] = bf16_bits_rne(float(sigma * normal_of(word(key, begin + i))));
+}
+void normal_f32(uint64_t key, double sigma, uint64_t begin, uint64_t n, float* out) {
+  for (uint64_t i = 0; i < n; ++i) out[i] = float(sigma * normal_of(word(key, begin + i)));
+}
+
+// ---- experts ---------------------------------------------------------------------------
+
+SyntheticExpertSource::SyntheticExpertSource(const Config& cfg, uint64_t seed, int layer)
+    : cfg_(cfg), seed_(seed), layer_(layer) {}
+
+std::shared_ptr<ExpertWeights> SyntheticExpertSource::build(int rank, int e) const {
+  const Config& c = cfg_;
+  if (rank < 0 || rank >= c.tp || e < 0 || e > c.n_routed)
+    throw std::invalid_argument("synthetic expert(" + std::to_string(rank) + ", " + std::to_string(e) +
+                                ") is outside rank 0.." + std::to_string(c.tp - 1) + ", expert 0.." +
+                                std::to_string(c.n_routed));
+  const bool sh = e == c.shared_expert();
+  const uint64_t H = uint64_t(c.hidden), I = uint64_t(c.inter), TI = uint64_t(c.tp) * I, r = uint64_t(rank);
+  auto key = [&](hf::Tensor t) { return tensor_key(seed_, hf::name(t, layer_, e, sh)); };
+  auto ew = std::make_shared<ExpertWeights>();
+  ew->w13.resize(2 * I * H / 2);
+  ew->s13.resize(2 * I * H / 32);
+  ew->w2.resize(H * I / 2);
+  ew->s2.resize(H * I / 32);
+  // w1 (gate) and w3 (up): rows [r*I, (r+1)*I) of (TI, H): contiguous ranges
+  fp4_packed(key(hf::Tensor::W1), r * I * (H / 2), I * H / 2, ew->w13.data());
+  fp4_packed(key(hf::Tensor::W3), r * I * (H / 2), I * H / 2, ew->w13.data() + I * H / 2);
+  expert_scales(key(hf::Tensor::W1Scale), r * I * (H / 32), I * H / 32, ew->s13.data());
+  expert_scales(key(hf::Tensor::W3Scale), r * I * (H / 32), I * H / 32, ew->s13.data() + I * H / 32);
+  // w2: columns [r*I, (r+1)*I) of (H, TI): a range a row
+  const uint64_t k2 = key(hf::Tensor::W2), k2s = key(hf::Tensor::W2Scale);
+  for (uint64_t i = 0; i < H; ++i) {
+    fp4_packed(k2, i * (TI / 2) + r * (I / 2), I / 2, ew->w2.data() + i * (I / 2));
+    expert_scales(k2s, i * (TI / 32) + r * (I / 32), I / 32, ew->s2.data() + i * (I / 32));
+  }
+  return ew;
+}
+
+std::shared_ptr<const ExpertWeights> SyntheticExpertSource::expert(int rank, int e) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& kv : cache_)
+      if (kv.first == std::make_pair(rank, e)) return kv.second;
+  }
+  std::shared_ptr<const ExpertWeights> ew = build(rank, e);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& kv : cache_)
+    if (kv.first == std::make_pair(rank, e)) return kv.second;
+  if (cache_.size() >= 16) cache_.erase(cache_.begin());
+  cache_.push_back({{rank, e}, ew});
+  return ew;
+}
+
+// ---- the layer -------------------------------------------------------------------------
+
+namespace {
+constexpr double kGateSigma = 0.02, kNormSigma = 0.1, kBiasSigma = 0.01;
+}
+
+LayerWeights synthetic_layer(const Config& cfg, uint64_t seed, int layer) {
+  const Config& c = cfg;
+  c.validate();
+  const uint64_t H = uint64_t(c.hidden), OK = uint64_t(c.o_k()), TOK = uint64_t(c.tp) * OK, E = uint64_t(c.n_routed);
+  auto key = [&](hf::Tensor t) { return tensor_key(seed, hf::name(t, layer)); };
+  LayerWeights lw;
+  lw.cfg = cfg;
+  RankWeights base;
+  base.g_post.resize(H);
+  base.w_gate.resize(E * H);
+  base.bias.resize(E);
+  base.s_o.resize(H);
+  normal_bf16(key(hf::Tensor::PostNorm), kNormSigma, 0, H, base.g_post.data());
+  normal_bf16(key(hf::Tensor::Gate), kGateSigma, 0, E * H, base.w_gate.data());
+  normal_f32(key(hf::Tensor::Bias), kBiasSigma, 0, E, base.bias.data());
+  row_scales(key(hf::Tensor::OProjScale), 0, H, base.s_o.data());
+  const uint64_t ko = key(hf::Tensor::OProj);
+  for (int r = 0; r < c.tp; ++r) {
+    RankWeights w = base;
+    w.w_o.resize(H * OK);
+    for (uint64_t i = 0; i < H; ++i) e4m3_codes(ko, i * TOK + uint64_t(r) * OK, OK, w.w_o.data() + i * OK);
+    lw.ranks.push_back(std::move(w));
+  }
+  lw.experts = std::make_shared<SyntheticExpertSource>(cfg, seed, layer);
+  return lw;
+}
+
+// ---- the checkpoint file ---------------------------------------------------------------
+
+namespace {
+
+enum class Gen { Fp4, ExpertScale, E4m3, RowScale, NormalBf16, NormalF32 };
+struct Item {
+  std::string name;
+  st::Dtype dtype;
+  std::vector<int64_t> shape;
+  Gen gen;
+  double sigma = 0;
+  uint64_t bytes() const {
+    uint64_t n = st::dtype_size(dtype);
+    for (int64_t d : shape) n *= uint64_t(d);
+    return n;
+  }
+};
+
+std::vector<Item> items(const Config& c, int layer) {
+  const int64_t H = c.hidden, TOK = int64_t(c.tp) * c.o_k(), E = c.n_routed, TI = int64_t(c.tp) * c.inter;
+  using T = hf::Tensor;
+  std::vector<Item> v = {
+      {hf::name(T::PostNorm, layer), st::Dtype::BF16, {H}, Gen::NormalBf16, kNormSigma},
+      {hf::name(T::OProj, layer), st::Dtype::F8_E4M3, {H, TOK}, Gen::E4m3},
+      {hf::name(T::OProjScale, layer), st::Dtype::F32, {H}, Gen::RowScale},
+      {hf::name(T::Gate, layer), st::Dtype::BF16, {E, H}, Gen::NormalBf16, kGateSigma},
+      {hf::name(T::Bias, layer), st::Dtype::F32, {E}, Gen::NormalF32, kBiasSigma},
+  };
+  for (int e = 0; e <= c.n_routed; ++e) {
+    const bool sh = e == c.shared_expert();
+    v.push_back({hf::name(T::W1, layer, e, sh), st::Dtype::U8, {TI, H / 2}, Gen::Fp4});
+    v.push_back({hf::name(T::W1Scale, layer, e, sh), st::Dtype::U8, {TI, H / 32}, Gen::ExpertScale});
+    v.push_back({hf::name(T::W3, layer, e, sh), st::Dtype::U8, {TI, H / 2}, Gen::Fp4});
+    v.push_back({hf::name(T::W3Scale, layer, e, sh), st::Dtype::U8, {TI, H / 32}, Gen::ExpertScale});
+    v.push_back({hf::name(T::W2, layer, e, sh), st::Dtype::U8, {H, TI / 2}, Gen::Fp4});
+    v.push_back({hf::name(T::W2Scale, layer, e, sh), st::Dtype::U8, {H, TI / 32}, Gen::ExpertScale});
+  }
+  return v;
+}
+
+// Elements [begin, begin + n) of one item into out (n * element size bytes).
+void generate(const Item& it, uint64_t key, uint64_t begin, uint64_t n, uint8_t* out) {
+  switch (it.gen) {
+    case Gen::Fp4: fp4_packed(key, begin, n, out); break;
+    case Gen::ExpertScale: expert_scales(key, begin, n, out); break;
+    case Gen::E4m3: e4m3_codes(key, begin, n, out); break;
+    case Gen::RowScale: row_scales(key, begin, n, reinterpret_cast<float*>(out)); break;
+    case Gen::NormalBf16: normal_bf16(key, it.sigma, begin, n, reinterpret_cast<uint16_t*>(out)); break;
+    case Gen::NormalF32: normal_f32(key, it.sigma, begin, n, reinterpret_cast<float*>(out)); break;
+  }
+}
+
+}  // namespace
+
+uint64_t checkpoint_bytes(const Config& cfg) {
+  uint64_t t = 0;
+  for (const Item& it : items(cfg, 0)) t += it.bytes();
+  return t;
+}
+
+void write_checkpoint(const std::string& path, const Config& cfg, uint64_t seed, int layer, bool overwrite,
+                      const std::function<void(uint64_t, uint64_t)>& progress) {
+  cfg.validate();
+  st::Writer w(path, overwrite);
+  const std::vector<Item> all = items(cfg, layer);
+  for (const Item& it : all) w.declare(it.name, it.dtype, it.shape);
+  w.set_metadata("format", "k4-synthetic");
+  w.set_metadata("seed", std::to_string(seed));
+  w.set_metadata("layer", std::to_string(layer));
+  w.set_metadata("config", golden::config_to_json(cfg));
+  w.begin();
+  const uint64_t total = w.total_bytes();
+  uint64_t done = 0;
+  constexpr uint64_t kChunk = 1u << 24;  // 16 MiB in memory at a time
+  constexpr uint64_t kPiece = 1u << 18;
+  std::vector<uint8_t> buf(kChunk);
+  for (const Item& it : all) {
+    const uint64_t key = tensor_key(seed, it.name);
+    const uint64_t esz = st::dtype_size(it.dtype), elems = it.bytes() / esz;
+    const uint64_t per_chunk = kChunk / esz;
+    for (uint64_t e0 = 0; e0 < elems; e0 += per_chunk) {
+      const uint64_t n = std::min(per_chunk, elems - e0);
+      const int64_t pieces = int64_t((n + kPiece - 1) / kPiece);
+#pragma omp parallel for schedule(static)
+      for (int64_t p = 0; p < pieces; ++p) {  // disjoint pieces: the same bytes for any thread count
+        const uint64_t b = uint64_t(p) * kPiece, m = std::min<uint64_t>(kPiece, n - b);
+        generate(it, key, e0 + b, m, buf.data() + b * esz);
+      }
+      w.write(buf.data(), n * esz);
+      done += n * esz;
+      if (progress) progress(done, total);
+    }
+  }
+  w.finish();
+}
+
+}  // namespace k4::synth

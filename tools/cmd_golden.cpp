@@ -1,0 +1,189 @@
+// cmd_golden.cpp -- k4 golden: weights (checkpoint or synthetic) + decode inputs (scenario
+// or a captured inputs file) -> k4::run_step -> one golden HDF5 file.
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "golden/checkpoint.hpp"
+#include "golden/scenario.hpp"
+#include "golden/schema.hpp"
+#include "golden/synth.hpp"
+#include "reference/model.hpp"
+#include "tools/commands.hpp"
+#include "tools/progress.hpp"
+
+namespace k4::tools {
+namespace {
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::vector<int> int_list(const std::string& s, const char* what) {
+  std::vector<int> out;
+  for (const std::string& t : split_list(s)) {
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != t.size()) throw std::invalid_argument(std::string(what) + ": '" + t + "' is not an integer");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::invalid_argument("cannot read scenario file " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+Run add_golden(CLI::App& app) {
+  struct Opt {
+    std::string checkpoint, preset, scenario, inputs, out, kv_form = "auto";
+    int tp = -1, layer = 0, threads = 0;
+    uint64_t seed = 1, weight_seed = 1;
+    bool force = false, progress = false;
+    // scenario options (override the scenario file)
+    int tokens = 0, q_len = 0, kv_page_stride = 0, cache_blocks = 0;
+    std::string context, pad_rows, zero_rows, repeated_expert;
+    bool static_kv = false, ties = false, extreme_q = false, huge_residual = false, extreme_kv = false;
+    int nan_scores = -1, neg_zero_scores = -1, inf_scores = -1;
+  };
+  auto o = std::make_shared<Opt>();
+  app.add_option("--checkpoint", o->checkpoint, "safetensors file or directory (default: the synthetic layer)");
+  app.add_option("--layer", o->layer, "layer index of the checkpoint's tensor names (default 0)");
+  app.add_option("--preset", o->preset, "config preset (minimax-m3-tp4, small, tiny); optional with --inputs");
+  app.add_option("--tp", o->tp, "tensor-parallel ranks (default: the preset's)");
+  app.add_option("--seed", o->seed, "input seed (default 1)");
+  app.add_option("--weight-seed", o->weight_seed, "synthetic weight seed (default 1; ignored with --checkpoint)");
+  app.add_option("--scenario", o->scenario, "scenario JSON file (docs/golden-format.md, 'Scenarios')");
+  app.add_option("--inputs", o->inputs, "captured inputs file (K4INPUTS, or a golden's inputs) instead of a scenario");
+  auto* g = app.add_option_group("scenario", "scenario options (override --scenario)");
+  g->add_option("--tokens", o->tokens, "decode rows S (1..16)");
+  g->add_option("--q-len", o->q_len, "rows a request (divides S)");
+  g->add_option("--context", o->context,
+                "contexts: one, one a request or one a row, comma-separated key counts or short / medium / long / max");
+  g->add_option("--pad-rows", o->pad_rows, "comma-separated rows with seq_len 0");
+  g->add_flag("--static-kv-scale", o->static_kv, "one k / v scale a cache");
+  g->add_option("--kv-page-stride", o->kv_page_stride, "8 or 16");
+  g->add_option("--cache-blocks", o->cache_blocks, "block allocations in the cache at most (default 256)");
+  g->add_flag("--ties", o->ties, "inject index-score ties");
+  g->add_option("--nan-scores", o->nan_scores, "NaN index scores a row");
+  g->add_option("--neg-zero-scores", o->neg_zero_scores, "-0 (and +0) index scores a row");
+  g->add_option("--inf-scores", o->inf_scores, "+-Inf index scores a row");
+  g->add_option("--repeated-expert", o->repeated_expert, "expert id every token routes to, or 'any' (the same picks)");
+  g->add_flag("--extreme-q", o->extreme_q, "q at and beyond the E4M3 range, Inf, NaN, -0");
+  g->add_flag("--huge-residual", o->huge_residual, "h_in rows scaled up to 1e37");
+  g->add_flag("--extreme-kv", o->extreme_kv, "K / V codes at +-448 and subnormals, scales 0 and 1e3");
+  g->add_option("--zero-rows", o->zero_rows, "comma-separated rows of all-zero q, h_in and scores");
+  app.add_option("--kv-form", o->kv_form, "KV pages stored: whole, selected or auto (default: whole up to 8 MiB a rank)")
+      ->check(CLI::IsMember({"whole", "selected", "auto"}));
+  app.add_option("--threads", o->threads, "OpenMP threads (default: OMP_NUM_THREADS / all); the bits never depend on it");
+  app.add_option("--out", o->out, "output golden .h5")->required();
+  app.add_flag("--force", o->force, "overwrite an existing output");
+  app.add_flag("--progress", o->progress, "show progress even when stderr is not a terminal");
+  app.footer("Example: k4 golden --preset tiny --tokens 4 --context 1000 --out /tmp/x.h5");
+  return [o]() {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (o->threads > 0) omp_set_num_threads(o->threads);
+    Config cfg;
+    Scenario scn;
+    StepInputs in;
+    std::string scenario_json;
+    if (!o->inputs.empty()) {
+      if (!o->scenario.empty() || o->tokens || !o->context.empty())
+        throw std::invalid_argument("--inputs excludes --scenario and the scenario options");
+      Config file_cfg;
+      in = golden::read_inputs_file(o->inputs, &file_cfg);
+      if (!o->preset.empty()) {
+        Config p = preset(o->preset, o->tp);
+        p.static_kv_scale = file_cfg.static_kv_scale;
+        p.kv_page_stride = file_cfg.kv_page_stride;
+        if (golden::config_to_json(p) != golden::config_to_json(file_cfg))
+          throw std::invalid_argument("inputs file " + o->inputs + " was captured with config " +
+                                      golden::config_to_json(file_cfg) + ", not preset " + o->preset);
+      }
+      cfg = file_cfg;
+      scenario_json = "{\"inputs_file\": \"" + std::filesystem::path(o->inputs).filename().string() + "\"}";
+    } else {
+      if (o->preset.empty()) throw std::invalid_argument("--preset is required (or --inputs)");
+      cfg = preset(o->preset, o->tp);
+      if (!o->scenario.empty()) scn = scenario_from_json(read_text(o->scenario), "scenario " + o->scenario);
+      if (o->tokens) scn.tokens = o->tokens;
+      if (o->q_len) scn.q_len = o->q_len;
+      if (!o->context.empty()) scn.context = split_list(o->context);
+      if (!o->pad_rows.empty()) scn.pad_rows = int_list(o->pad_rows, "--pad-rows");
+      if (o->static_kv) scn.static_kv_scale = 1;
+      if (o->kv_page_stride) scn.kv_page_stride = o->kv_page_stride;
+      if (o->cache_blocks) scn.cache_blocks = o->cache_blocks;
+      Injections& x = scn.inject;
+      if (o->ties) x.score_ties = true;
+      if (o->nan_scores >= 0) x.nan_scores = o->nan_scores;
+      if (o->neg_zero_scores >= 0) x.neg_zero_scores = o->neg_zero_scores;
+      if (o->inf_scores >= 0) x.inf_scores = o->inf_scores;
+      if (!o->repeated_expert.empty())
+        x.repeated_expert = o->repeated_expert == "any" ? -2 : int_list(o->repeated_expert, "--repeated-expert").at(0);
+      if (o->extreme_q) x.extreme_q = true;
+      if (o->huge_residual) x.huge_residual = true;
+      if (o->extreme_kv) x.extreme_kv = true;
+      if (!o->zero_rows.empty()) x.zero_rows = int_list(o->zero_rows, "--zero-rows");
+      apply_scenario(scn, cfg);
+      validate_scenario(scn, cfg);
+      scenario_json = scenario_to_json(scn);
+    }
+    // Weights.
+    const auto tw = std::chrono::steady_clock::now();
+    LayerWeights w = o->checkpoint.empty() ? synth::synthetic_layer(cfg, o->weight_seed)
+                                           : load_checkpoint_layer(o->checkpoint, cfg, o->layer);
+    const double t_weights = since(tw);
+    if (o->inputs.empty()) in = make_inputs(cfg, scn, o->seed, &w);
+    // The model.
+    const auto tr = std::chrono::steady_clock::now();
+    const StepResult res = run_step(w, in);
+    const double t_run = since(tr);
+    // The file.
+    golden::GoldenMeta meta;
+    meta.scenario_json = scenario_json;
+    meta.weight_seed = o->checkpoint.empty() ? o->weight_seed : 0;
+    meta.input_seed = o->inputs.empty() ? o->seed : 0;
+    meta.weights = o->checkpoint.empty() ? "synthetic" : "checkpoint " + o->checkpoint;
+    meta.kv_form = o->kv_form;
+    golden::WriteOptions wo;
+    wo.overwrite = o->force;
+    Progress bar("golden", o->progress);
+    wo.progress = [&](uint64_t d, uint64_t t) { bar.update(d, t); };
+    const auto tg = std::chrono::steady_clock::now();
+    golden::write_golden(o->out, w, in, res, meta, wo);
+    bar.finish();
+    const double t_write = since(tg);
+    const uint64_t bytes = std::filesystem::file_size(o->out);
+    std::printf("wrote %s: %s tp %d, S %d, %llu bytes (%.1f MB); weights %.2f s, run_step %.2f s, write %.2f s, total %.2f s\n",
+                o->out.c_str(), cfg.name.c_str(), cfg.tp, in.shared.tokens, (unsigned long long)bytes,
+                double(bytes) / 1e6, t_weights, t_run, t_write, since(t0));
+    return 0;
+  };
+}
+
+}  // namespace k4::tools

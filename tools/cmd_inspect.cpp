@@ -1,0 +1,200 @@
+// cmd_inspect.cpp -- k4 inspect FILE: the root attributes, then every group, link and
+// dataset: dtype, shape, dims, and a summary of the decoded values (min / max / mean of the
+// finite ones, NaN, Inf and zero counts) with a few decoded samples and their bits.
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "golden/hdf5.hpp"
+#include "golden/schema.hpp"
+#include "reference/numerics/bf16.hpp"
+#include "reference/numerics/e2m1.hpp"
+#include "reference/numerics/e4m3.hpp"
+#include "reference/numerics/e8m0.hpp"
+#include "tools/commands.hpp"
+
+namespace k4::tools {
+namespace {
+
+struct Stats {
+  uint64_t n = 0, nan = 0, inf = 0, zero = 0, finite = 0;
+  double mn = INFINITY, mx = -INFINITY, sum = 0;
+  void add(double v) {
+    ++n;
+    if (std::isnan(v)) { ++nan; return; }
+    if (std::isinf(v)) { ++inf; return; }
+    if (v == 0) ++zero;
+    ++finite;
+    mn = std::min(mn, v);
+    mx = std::max(mx, v);
+    sum += v;
+  }
+};
+
+// Element i decoded, and its bits as hex.
+struct Decoder {
+  golden::DType dt;
+  const std::vector<uint8_t>* u8 = nullptr;
+  const std::vector<uint16_t>* u16 = nullptr;
+  const std::vector<uint32_t>* u32 = nullptr;
+  const std::vector<int32_t>* i32 = nullptr;
+  uint64_t count() const {
+    switch (dt) {
+      case golden::DType::BF16: return u16->size();
+      case golden::DType::F32: return u32->size();
+      case golden::DType::I32: return i32->size();
+      case golden::DType::E2M1X2: return 2 * u8->size();
+      default: return u8->size();
+    }
+  }
+  double value(uint64_t i) const {
+    switch (dt) {
+      case golden::DType::BF16: return bf16_to_f32((*u16)[i]);
+      case golden::DType::F32: return f32_from_bits((*u32)[i]);
+      case golden::DType::I32: return (*i32)[i];
+      case golden::DType::U8: return (*u8)[i];
+      case golden::DType::E4M3: return e4m3_to_f32((*u8)[i]);
+      case golden::DType::E8M0: return e8m0_to_f32((*u8)[i]);
+      case golden::DType::E2M1X2: {
+        const uint8_t b = (*u8)[i / 2];
+        return e2m1_to_f32(i % 2 ? fp4_hi(b) : fp4_lo(b));
+      }
+    }
+    return 0;
+  }
+  std::string bits(uint64_t i) const {
+    char buf[32];
+    switch (dt) {
+      case golden::DType::BF16: std::snprintf(buf, sizeof buf, "0x%04x", (*u16)[i]); break;
+      case golden::DType::F32: std::snprintf(buf, sizeof buf, "0x%08x", (*u32)[i]); break;
+      case golden::DType::I32: std::snprintf(buf, sizeof buf, "0x%08x", uint32_t((*i32)[i])); break;
+      case golden::DType::E2M1X2: {
+        const uint8_t b = (*u8)[i / 2];
+        std::snprintf(buf, sizeof buf, "0x%x", i % 2 ? fp4_hi(b) : fp4_lo(b));
+        break;
+      }
+      default: std::snprintf(buf, sizeof buf, "0x%02x", (*u8)[i]); break;
+    }
+    return buf;
+  }
+};
+
+std::string fmt(double v, golden::DType dt) {
+  char buf[48];
+  if (dt == golden::DType::I32 || dt == golden::DType::U8) std::snprintf(buf, sizeof buf, "%.0f", v);
+  else std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+void show_dataset(const h5::Group& root, const std::string& path, int samples, bool stats) {
+  h5::Dataset d = root.open_dataset(path);
+  const std::vector<uint64_t> sh = d.shape();
+  std::string shape;
+  for (size_t i = 0; i < sh.size(); ++i) shape += (i ? "," : "") + std::to_string(sh[i]);
+  const std::string dts = d.has_attr("dtype") ? d.attr_string("dtype") : std::string("?");
+  const std::string dims = d.has_attr("dims") ? d.attr_string("dims") : std::string("");
+  std::printf("  %-44s %-7s (%s) [%s]\n", path.c_str(), dts.c_str(), shape.c_str(), dims.c_str());
+  golden::DType dt;
+  if (!stats || !golden::dtype_from_name(dts, dt)) return;
+  std::vector<uint8_t> u8;
+  std::vector<uint16_t> u16;
+  std::vector<uint32_t> u32;
+  std::vector<int32_t> i32;
+  Decoder dec{dt};
+  switch (dt) {
+    case golden::DType::BF16: u16 = d.read<uint16_t>(); dec.u16 = &u16; break;
+    case golden::DType::F32: u32 = d.read<uint32_t>(); dec.u32 = &u32; break;
+    case golden::DType::I32: i32 = d.read<int32_t>(); dec.i32 = &i32; break;
+    default: u8 = d.read<uint8_t>(); dec.u8 = &u8; break;
+  }
+  Stats s;
+  const uint64_t n = dec.count();
+  for (uint64_t i = 0; i < n; ++i) s.add(dec.value(i));
+  if (s.finite)
+    std::printf("      min %s max %s mean %.6g", fmt(s.mn, dt).c_str(), fmt(s.mx, dt).c_str(), s.sum / double(s.finite));
+  else
+    std::printf("      no finite value");
+  std::printf("  nan %" PRIu64 " inf %" PRIu64 " zero %" PRIu64 " of %" PRIu64 "\n", s.nan, s.inf, s.zero, n);
+  if (samples > 0 && n > 0) {
+    std::printf("      samples");
+    const uint64_t k = std::min<uint64_t>(uint64_t(samples), n);
+    for (uint64_t j = 0; j < k; ++j) {
+      const uint64_t i = k == 1 ? 0 : j * (n - 1) / (k - 1);  // spread over the tensor
+      std::printf(" [%" PRIu64 "]=%s(%s)", i, fmt(dec.value(i), dt).c_str(), dec.bits(i).c_str());
+    }
+    std::printf("\n");
+  }
+}
+
+void walk(const h5::Group& root, const std::string& path, int samples, bool stats, const std::string& prefix) {
+  h5::Group g = root.open_group(path);
+  for (const std::string& c : g.children()) {
+    const std::string p = (path == "/" ? "" : path) + "/" + c;
+    const bool under = prefix.empty() || p.compare(0, prefix.size(), prefix) == 0 ||
+                       prefix.compare(0, p.size(), p) == 0;
+    if (!under) continue;
+    const std::string target = g.soft_target(c);
+    if (!target.empty()) {
+      if (prefix.empty() || p.compare(0, prefix.size(), prefix) == 0)
+        std::printf("  %-44s -> %s%s\n", p.c_str(), target.c_str(), g.resolves(c) ? "" : "  (DANGLING)");
+      continue;
+    }
+    if (g.is_group(c)) {
+      if (prefix.empty() || p.compare(0, prefix.size(), prefix) == 0) {
+        h5::Group sub = g.open_group(c);
+        std::string attrs;
+        for (const std::string& a : sub.attr_names()) {
+          const std::string k = sub.attr_kind(a);
+          attrs += " " + a + "=" +
+                   (k == "string" ? sub.attr_string(a) : k == "int" ? std::to_string(sub.attr_int(a)) : std::string("?"));
+        }
+        std::printf("%s/%s\n", p.c_str(), attrs.c_str());
+      }
+      walk(root, p, samples, stats, prefix);
+    } else if (g.is_dataset(c)) {
+      if (prefix.empty() || p.compare(0, prefix.size(), prefix) == 0) show_dataset(root, p, samples, stats);
+    }
+  }
+}
+
+}  // namespace
+
+Run add_inspect(CLI::App& app) {
+  struct Opt {
+    std::string file, path;
+    int samples = 4;
+    bool no_stats = false, no_validate = false;
+  };
+  auto o = std::make_shared<Opt>();
+  app.add_option("file", o->file, "golden (or inputs) HDF5 file")->required();
+  app.add_option("--path", o->path, "only objects under this path (e.g. /rank0/moe)");
+  app.add_option("--samples", o->samples, "decoded samples a dataset (default 4)");
+  app.add_flag("--no-stats", o->no_stats, "shapes and dtypes only (fast on big files)");
+  app.add_flag("--no-validate", o->no_validate, "skip the schema validation (show a damaged file)");
+  return [o]() {
+    if (!o->no_validate) {
+      h5::File f(o->file, h5::File::Mode::ReadOnly);
+      const h5::Group root = f.root();
+      const bool golden = root.has_attr("magic") && root.attr_kind("magic") == "string" &&
+                          root.attr_string("magic") == golden::kMagic;
+      if (golden) golden::GoldenReader check(o->file);  // throws FormatError: exit 2
+    }
+    h5::File f(o->file, h5::File::Mode::ReadOnly);
+    const h5::Group root = f.root();
+    std::printf("%s\n", o->file.c_str());
+    for (const std::string& a : root.attr_names()) {
+      const std::string k = root.attr_kind(a);
+      const std::string v = k == "string" ? root.attr_string(a)
+                            : k == "int"  ? std::to_string(root.attr_int(a))
+                            : k == "float" ? std::to_string(root.attr_double(a))
+                                           : std::string("?");
+      std::printf("  @%s = %s\n", a.c_str(), v.c_str());
+    }
+    walk(root, "/", o->no_stats ? 0 : o->samples, !o->no_stats, o->path);
+    return 0;
+  };
+}
+
+}  // namespace k4::tools

@@ -1,0 +1,48 @@
+// main.cpp -- the k4 command: k4 synth | golden | inspect (k4 SUBCOMMAND --help).
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <vector>
+
+#include "golden/schema.hpp"
+#include "tools/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"k4 -- goldens of the MiniMax-M3 K4 reference model (" + k4::golden::tool_version() + ")"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", k4::golden::tool_version());
+  std::vector<std::pair<CLI::App*, k4::tools::Run>> cmds;
+  auto add = [&](const char* name, const char* what, k4::tools::Run (*fn)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, what);
+    cmds.push_back({sub, fn(*sub)});
+  };
+  add("synth", "write a deterministic synthetic checkpoint (safetensors)", k4::tools::add_synth);
+  add("golden", "run the reference model and write a golden HDF5 file", k4::tools::add_golden);
+  add("inspect", "show a golden's stages, shapes, dtypes and value summaries", k4::tools::add_inspect);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "k4: %s (see k4 --help)\n", e.what());
+    return 2;
+  }
+  for (auto& c : cmds) {
+    if (!c.first->parsed()) continue;
+    const std::string name = c.first->get_name();
+    try {
+      return c.second();
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "k4 %s: error: %s\n", name.c_str(), e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "k4 %s: failed: %s\n", name.c_str(), e.what());
+      return 1;
+    }
+  }
+  return 2;
+}

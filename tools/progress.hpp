@@ -1,0 +1,26 @@
+// progress.hpp -- a one-line progress bar on stderr, shown only when stderr is a terminal
+// or when asked (--progress); redrawn at most 10 times a second.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace k4::tools {
+
+class Progress {
+ public:
+  Progress(std::string label, bool force);
+  ~Progress();
+  void update(uint64_t done, uint64_t total);
+  void finish();
+  bool enabled() const { return enabled_; }
+
+ private:
+  std::string label_;
+  bool enabled_ = false, drawn_ = false;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
+bool stderr_is_tty();
+
+}  // namespace k4::tools

@@ -8,6 +8,7 @@
 #include "reference/numerics/butterfly.hpp"
 #include "reference/numerics/e4m3.hpp"
 #include "reference/numerics/mma.hpp"
+#include "reference/stages/fast_dot.hpp"
 #include "reference/numerics/policy.hpp"
 
 namespace k4 {
@@ -15,26 +16,16 @@ namespace {
 
 constexpr int kHeads = 16, kHeadDim = 128, kSplitKeys = 256, kWaveKeys = 32, kWaves = 8, kPage = 16;
 
-// E4M3 codes decoded once to exact integers (x 2^9) and NaN flags: the block-exact dots.
-struct Fp8Table {
-  std::array<int32_t, 256> val;
-  std::array<bool, 256> nan;
-  Fp8Table() {
-    for (int b = 0; b < 256; ++b) val[b] = e4m3_to_int_x512(uint8_t(b)), nan[b] = e4m3_is_nan(uint8_t(b));
+// An E4M3 vector decoded once: exact integers (x 2^9) and a NaN flag a 32-block.
+struct Fp8Vec {
+  int32_t v[kHeadDim];
+  uint8_t nan[kHeadDim / kBlockK];
+  void load(const uint8_t* x, int n) {
+    decode_e4m3_row_fast(v, x, n);
+    for (int b = 0; b < n / kBlockK; ++b) nan[b] = 0;
+    for (int i = 0; i < n; ++i) nan[i / kBlockK] |= e4m3_is_nan(x[i]);
   }
 };
-const Fp8Table& fp8_table() {
-  static const Fp8Table t;
-  return t;
-}
-
-float block_dot(const uint8_t* a, const uint8_t* b) {
-  const Fp8Table& t = fp8_table();
-  int32_t ai[kBlockK], bi[kBlockK];
-  bool nan = false;
-  for (int i = 0; i < kBlockK; ++i) ai[i] = t.val[a[i]], bi[i] = t.val[b[i]], nan |= t.nan[a[i]] | t.nan[b[i]];
-  return block_dot_ints(ai, bi, nan, 18);
-}
 
 // One (token, partition): the seed's split task ts = tok * N_SPLIT + t.
 void split_task(SplitOut& out, const StepRank& rk, const int32_t* table, int n_ctx, const uint8_t* q8, int tok,
@@ -52,15 +43,20 @@ void split_task(SplitOut& out, const StepRank& rk, const int32_t* table, int n_c
 
   // QK (seed:L752-L768): c = 0; c = c + block(s) for the 4 dim chunks; s = (sm * ks) * c.
   static thread_local float sc[kHeads][kSplitKeys];
+  Fp8Vec qh[kHeads];
+  for (int h = 0; h < kHeads; ++h) qh[h].load(q8 + h * kHeadDim, kHeadDim);
   for (int kp = 0; kp < kSplitKeys; ++kp) {
     const bool valid = key_valid(kp);
     const uint8_t* kpage = rk.k_cache.data() + size_t(page_of(kp)) * page_bytes;
     uint8_t kvec[kHeadDim];
     for (int d = 0; d < kHeadDim; ++d) kvec[d] = kpage[k_byte(kp % kPage, d)];
+    Fp8Vec kk;
+    kk.load(kvec, kHeadDim);
     const float qk = sm_scale * kscale(kp);
     for (int h = 0; h < kHeads; ++h) {
       float c = 0.0f;
-      for (int s = 0; s < kHeadDim / kBlockK; ++s) c = c + block_dot(q8 + h * kHeadDim + s * kBlockK, kvec + s * kBlockK);
+      for (int s = 0; s < kHeadDim / kBlockK; ++s)
+        c = c + block_dot_i64(qh[h].v + s * kBlockK, kk.v + s * kBlockK, qh[h].nan[s] | kk.nan[s]);
       sc[h][kp] = valid ? qk * c : kNegScore;
     }
   }
@@ -113,8 +109,13 @@ void split_task(SplitOut& out, const StepRank& rk, const int32_t* table, int n_c
       const bool valid = key_valid(kp);
       for (int d = 0; d < kHeadDim; ++d) vcol[d][kw] = valid ? vpage[v_byte(kp % kPage, d)] : uint8_t(0);
     }
-    for (int h = 0; h < kHeads; ++h)
-      for (int d = 0; d < kHeadDim; ++d) opart[w][h][d] = 0.0f + block_dot(&p8[h][w * kWaveKeys], vcol[d]);
+    Fp8Vec vd[kHeadDim];
+    for (int d = 0; d < kHeadDim; ++d) vd[d].load(vcol[d], kWaveKeys);
+    for (int h = 0; h < kHeads; ++h) {
+      Fp8Vec ph;
+      ph.load(&p8[h][w * kWaveKeys], kWaveKeys);
+      for (int d = 0; d < kHeadDim; ++d) opart[w][h][d] = 0.0f + block_dot_i64(ph.v, vd[d].v, ph.nan[0] | vd[d].nan[0]);
+    }
   }
   // Wave partials summed in wave order; o = bf16((pscale * acc) * (1 / l)) (seed:L854-L879).
   const size_t ts = size_t(tok) * cfg.n_split + t;

@@ -6,8 +6,12 @@
 //    b >= n_blk - local_blocks to 1e29; -0 == +0; NaN below -Inf (INT32_MIN).
 //    A context of <= TOPK_BLOCKS blocks is not scored: key(b) = -b (id order).
 //  - rank(b) = #{j : key(j) > key(b) or (key(j) == key(b) and j > b)}: ties to the higher id.
-//  - selected: rank < min(n_blk, 16); slot = rank, less one where the tail block beats it;
-//    the tail block (n_blk - 1) takes the last slot; n_ctx = the sparse context length.
+//  - selected: rank < n_sel = min(n_blk, 16); slot = rank, less one where the tail block
+//    beats it; a selected tail block (n_blk - 1) takes slot n_full = n_sel - 1 and
+//    n_ctx = n_full * 128 + (ctx - tail * 128); if >= 16 blocks beat the pinned tail (scores
+//    above 1e29) it is dropped and n_ctx = min(16 * 128, ctx).
+//  - the sparse table's unselected slots hold 0 (a model convention: the seed leaves them
+//    unwritten; the kernel writes the 0s).
 //  - a request (q_len rows) whose last row has more than THREADS blocks is long: each of its
 //    rows selects through the split-candidate path (8 shares, each wave's exact top 16 by a
 //    bitonic network, merged), which must select the same blocks.

@@ -8,8 +8,9 @@
 //     y = swiglu(g, u): g' = min(g, L), u' = clamp(u, -L, L),
 //     (g' * sigmoid(f32(1.702) * g')) * (u' + 1); mid = bf16(y); MXFP8 per 32 of a slot.
 //   down, narrow (S <= 4): quarter q takes units j = q, q+4, ... of (slot j / KC, chunk j % KC)
-//     acc += mfma * w_slot (0 weight past the last unit); shared units alike with
-//     shared_weight; tot = 0 + R0 + R1 + R2 + R3 + S0 + S1 + S2 + S3; partial = bf16(tot).
+//     acc += mfma * w_slot; shared units alike with shared_weight, where the units past the
+//     last chunk run on the last chunk and are multiplied by 0 and added (NaN-poisoning, not
+//     skipped); tot = 0 + R0 + R1 + R2 + R3 + S0 + S1 + S2 + S3; partial = bf16(tot).
 //   down, wide (S >= 5): units over the distinct experts in id order (shared last), chunk
 //     within; acc += ok ? mfma * w : 0 (w = 0 where the token did not route there);
 //     tot = 0 + A0 + A1 + A2 + A3.

@@ -7,8 +7,10 @@
 //   m    = max over the wave's 16-lane butterfly, then waves in order
 //   vmax = max over valid keys of v_scale (0 for invalid), waves in order
 //   fscale = 448 * rcp(vmax + 1e-8), pscale = vmax * f32(1/448)
-//   p    = exp2((s - m) * log2e); P8 = E4M3((vs * fscale) * p) (NoSaturate), V masked past n_ctx
-//   l    = per wave (p0 + p1) then 16-lane butterfly, waves in order
+//   p    = exp2((s - m) * log2e) for every key (an invalid key's p is exp2((NEG - m) log2e));
+//   P8 = E4M3(((valid ? vs : 0) * fscale) * p) (NoSaturate); V bytes masked to 0 past n_ctx
+//   l    = per lane (0 + p0) + p1, 16-lane butterfly, waves in order from wave 0
+//   (a partition with no valid key: m = NEG, l = 256, o = +0)
 //   PV   = per wave mma_fp8_k32 over its 32 keys (from 0), waves summed in order
 //   o    = bf16((pscale * acc) * (1 / (l > 0 ? l : 1)))
 #pragma once

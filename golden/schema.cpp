@@ -336,18 +336,36 @@ void put_experts(Writer& W, const h5::Group& g, const LayerWeights& lw, int rank
     ds.push_back(g.create_dataset(p.name, h5::Elem::U8, W.dims.shape(s.dims)));
     W.describe(ds.back(), s);
   }
-  for (size_t i = 0; i < ids.size(); ++i) {  // one expert at a time: a hyperslab each
-    std::shared_ptr<const ExpertWeights> ew = lw.experts->expert(rank, ids[i]);
-    for (size_t k = 0; k < 4; ++k) {
-      const std::vector<uint8_t>& v = (*ew).*(parts[k].field);
-      const std::vector<uint64_t> sh = ds[k].shape();
-      const uint64_t per = sh[1] * sh[2];
-      if (v.size() != per)
-        throw std::invalid_argument("golden: expert " + std::to_string(ids[i]) + " of rank " + std::to_string(rank) +
-                                    ": " + parts[k].name + " has " + std::to_string(v.size()) + " bytes, expected " +
-                                    std::to_string(per));
-      ds[k].write_rows(i, 1, v.data(), h5::Elem::U8);
-      W.tick(per);
+  // A batch of experts is materialized in parallel (the source is thread-safe), then written
+  // one hyperslab each, in id order.
+  constexpr size_t kBatch = 8;
+  for (size_t i0 = 0; i0 < ids.size(); i0 += kBatch) {
+    const size_t nb = std::min(kBatch, ids.size() - i0);
+    std::vector<std::shared_ptr<const ExpertWeights>> batch(nb);
+    std::vector<std::string> errors(nb);
+#pragma omp parallel for schedule(dynamic)
+    for (size_t j = 0; j < nb; ++j) {
+      try {
+        batch[j] = lw.experts->expert(rank, ids[i0 + j]);
+      } catch (const std::exception& e) {
+        errors[j] = e.what();
+      }
+    }
+    for (size_t j = 0; j < nb; ++j)
+      if (!errors[j].empty()) throw std::invalid_argument("golden: expert " + std::to_string(ids[i0 + j]) + ": " + errors[j]);
+    for (size_t j = 0; j < nb; ++j) {
+      const size_t i = i0 + j;
+      for (size_t k = 0; k < 4; ++k) {
+        const std::vector<uint8_t>& v = (*batch[j]).*(parts[k].field);
+        const std::vector<uint64_t> sh = ds[k].shape();
+        const uint64_t per = sh[1] * sh[2];
+        if (v.size() != per)
+          throw std::invalid_argument("golden: expert " + std::to_string(ids[i]) + " of rank " + std::to_string(rank) +
+                                      ": " + parts[k].name + " has " + std::to_string(v.size()) + " bytes, expected " +
+                                      std::to_string(per));
+        ds[k].write_rows(i, 1, v.data(), h5::Elem::U8);
+        W.tick(per);
+      }
     }
   }
   (void)c;

@@ -160,9 +160,10 @@ void Cmp::near(size_t i, double got, double want, double bound) {
 
 std::string Cmp::summary() const {
   char b[400];
-  std::snprintf(b, sizeof b, "%-18s n=%-8zu bad=%-4zu nonzero=%5.1f%% nan=%zu max_err=%.3g max_err/bound=%.3g (at %zu: got %.6g want %.6g bound %.3g)",
-                name.c_str(), n, bad, n ? 100.0 * double(nonzero) / double(n) : 0.0, nan, max_err, max_ratio, worst,
-                worst_got, worst_want, worst_bound);
+  std::snprintf(b, sizeof b, "%-18s n=%-8zu bad=%-4zu nonzero=%5.1f%% nan=%zu%s max_err=%.3g max_err/bound=%.3g (at %zu: got %.6g want %.6g bound %.3g)",
+                name.c_str(), n, bad, n ? 100.0 * double(nonzero) / double(n) : 0.0, nan,
+                skipped ? (" skipped(overflow)=" + std::to_string(skipped)).c_str() : "", max_err, max_ratio, worst, worst_got,
+                worst_want, worst_bound);
   std::string s = b;
   for (const std::string& f : first_bad) s += "\n    " + f;
   return s;
@@ -171,7 +172,7 @@ std::string Cmp::summary() const {
 void Cmp::merge(const Cmp& o) {
   if (o.max_ratio >= max_ratio && o.n)
     max_ratio = o.max_ratio, worst = o.worst, worst_bound = o.worst_bound, worst_want = o.worst_want, worst_got = o.worst_got;
-  n += o.n, bad += o.bad, nonzero += o.nonzero, nan += o.nan;
+  n += o.n, bad += o.bad, nonzero += o.nonzero, nan += o.nan, skipped += o.skipped;
   max_err = std::max(max_err, o.max_err);
   for (const std::string& f : o.first_bad)
     if (first_bad.size() < 6) first_bad.push_back(f);
@@ -566,7 +567,11 @@ Report check_all_reduce(const std::string& name, const std::vector<const std::ve
     for (size_t dst = 0; dst < out.size(); ++dst) {
       const uint16_t got = (*out[dst])[i];
       if (!zero_start && W == 1) c.exact(i, got, (*partials[0])[i]);  // bits
-      else {
+      else if (abs >= 0x1.fefffep127 && !std::isnan(sum) && (std::isinf(bf16(got)) || std::isnan(bf16(got)))) {
+        // the f32 adds (or the bf16 rounding) may overflow where the double sum does not:
+        // Inf, or Inf - Inf = NaN, is the IEEE result then; counted apart, not compared
+        ++c.skipped;
+      } else {
         const double pre = W * 1.01 * kU * abs;
         c.near(i, bf16(got), sum, pre + 0x1p-8 * (std::fabs(sum) + pre) * 1.0001 + kTiny);
       }
@@ -793,7 +798,10 @@ Report check_mid(const Config& cfg, const MoeOut& moe, int tokens) {
     const double y = swiglu(g, uu, L);
     const double gp = std::min(g, L), x = 1.702 * gp, s = 1.0 / (1.0 + std::exp(-x));
     const double rel = (1.0 - s) * (std::fabs(x) * (2.02 * u + e_c + kErrLog2e) + 2.02 * u) + 5.05 * u;
-    const double pre = std::fabs(y) * rel * 1.01 + 0x1p-140;
+    // where e^-x overflows f32 (x < -88.7) the model's sigmoid is 0 and its true value below
+    // 2^-127; a subnormal sigmoid has an absolute error 2^-150: |g' (u' + 1)| 2^-126 covers both
+    const double gu = std::fabs(gp * (std::clamp(uu, -L, L) + 1.0));
+    const double pre = std::fabs(y) * rel * 1.01 + gu * 0x1p-126 + 0x1p-140;
     cm.near(i, bf16(moe.mid[i]), y, pre + 0x1p-8 * (std::fabs(y) + pre) * 1.0001 + kTiny);
   }
   Report rep = {cm};

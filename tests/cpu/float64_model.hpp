@@ -74,7 +74,7 @@ inline double f32(double x) { return double(float(x)); }
 // One compared tensor: counts, worst error / bound ratio, the first violations as text.
 struct Cmp {
   std::string name;
-  size_t n = 0, bad = 0, nonzero = 0, nan = 0;
+  size_t n = 0, bad = 0, nonzero = 0, nan = 0, skipped = 0;  // skipped: not comparable, reported
   double max_err = 0, max_ratio = 0, worst_bound = 0, worst_want = 0, worst_got = 0;
   size_t worst = 0;
   std::vector<std::string> first_bad;

@@ -57,6 +57,8 @@ Handle scalar_space(const Where& w) {
 Handle dcpl_no_times(const Where& w) {
   Handle p(check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", w, "dataset"), H5Pclose);
   check(H5Pset_obj_track_times(p.id(), 0), "H5Pset_obj_track_times", w, "dataset");
+  // Every element is written (whole, or every row of a stack): no fill-value pass first.
+  check(H5Pset_fill_time(p.id(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time", w, "dataset");
   return p;
 }
 Handle gcpl_no_times(const Where& w) {

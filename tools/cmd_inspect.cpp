@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -174,6 +175,11 @@ Run add_inspect(CLI::App& app) {
   app.add_flag("--no-stats", o->no_stats, "shapes and dtypes only (fast on big files)");
   app.add_flag("--no-validate", o->no_validate, "skip the schema validation (show a damaged file)");
   return [o]() {
+    try {
+      h5::File probe(o->file, h5::File::Mode::ReadOnly);
+    } catch (const h5::Error& e) {
+      throw std::invalid_argument(o->file + " cannot be opened as HDF5 (" + e.what() + ")");
+    }
     if (!o->no_validate) {
       h5::File f(o->file, h5::File::Mode::ReadOnly);
       const h5::Group root = f.root();

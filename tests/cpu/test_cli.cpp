@@ -110,7 +110,8 @@ TEST_CASE("k4 golden + inspect on tiny; refusing to overwrite; inspect of a non-
   CHECK(r.out.find("nan 0") != std::string::npos);
   std::ofstream(t.path("junk.h5")) << "junk";
   r = run(t, "inspect " + t.path("junk.h5"));
-  CHECK(r.rc != 0);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("cannot be opened as HDF5") != std::string::npos);
 }
 
 TEST_CASE("k4 golden: byte-identical for --threads 1 and 2; scenario options and a scenario file") {

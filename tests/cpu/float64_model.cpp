@@ -141,6 +141,7 @@ void Cmp::near(size_t i, double got, double want, double bound) {
   else {
     err = std::fabs(got - want);
     ok = err <= bound;
+    if (bound > 0) sum_bound += bound, sum_want += std::fabs(want);  // the bounded (inexact) compares
     const double ratio = bound > 0 ? err / bound : (err == 0 ? 0.0 : HUGE_VAL);
     if (ratio > max_ratio || n == 1) {
       if (ratio >= max_ratio) max_ratio = ratio, worst = i, worst_bound = bound, worst_want = want, worst_got = got;
@@ -160,10 +161,10 @@ void Cmp::near(size_t i, double got, double want, double bound) {
 
 std::string Cmp::summary() const {
   char b[400];
-  std::snprintf(b, sizeof b, "%-18s n=%-8zu bad=%-4zu nonzero=%5.1f%% nan=%zu%s max_err=%.3g max_err/bound=%.3g (at %zu: got %.6g want %.6g bound %.3g)",
+  std::snprintf(b, sizeof b, "%-18s n=%-8zu bad=%-4zu nonzero=%5.1f%% nan=%zu%s max_err=%.3g max_err/bound=%.3g mean bound/|value|=%.2g (worst at %zu: got %.6g want %.6g bound %.3g)",
                 name.c_str(), n, bad, n ? 100.0 * double(nonzero) / double(n) : 0.0, nan,
-                skipped ? (" skipped(overflow)=" + std::to_string(skipped)).c_str() : "", max_err, max_ratio, worst, worst_got,
-                worst_want, worst_bound);
+                skipped ? (" skipped(overflow)=" + std::to_string(skipped)).c_str() : "", max_err, max_ratio, mean_rel_bound(),
+                worst, worst_got, worst_want, worst_bound);
   std::string s = b;
   for (const std::string& f : first_bad) s += "\n    " + f;
   return s;
@@ -173,6 +174,7 @@ void Cmp::merge(const Cmp& o) {
   if (o.max_ratio >= max_ratio && o.n)
     max_ratio = o.max_ratio, worst = o.worst, worst_bound = o.worst_bound, worst_want = o.worst_want, worst_got = o.worst_got;
   n += o.n, bad += o.bad, nonzero += o.nonzero, nan += o.nan, skipped += o.skipped;
+  sum_bound += o.sum_bound, sum_want += o.sum_want;
   max_err = std::max(max_err, o.max_err);
   for (const std::string& f : o.first_bad)
     if (first_bad.size() < 6) first_bad.push_back(f);

@@ -76,6 +76,7 @@ struct Cmp {
   std::string name;
   size_t n = 0, bad = 0, nonzero = 0, nan = 0, skipped = 0;  // skipped: not comparable, reported
   double max_err = 0, max_ratio = 0, worst_bound = 0, worst_want = 0, worst_got = 0;
+  double sum_bound = 0, sum_want = 0;  // over the bounded compares: how tight the bound is
   size_t worst = 0;
   std::vector<std::string> first_bad;
   explicit Cmp(std::string nm = "") : name(std::move(nm)) {}
@@ -83,6 +84,7 @@ struct Cmp {
   void near(size_t i, double got, double want, double bound);
   void exact(size_t i, double got, double want) { near(i, got, want, 0.0); }
   bool ok() const { return bad == 0; }
+  double mean_rel_bound() const { return sum_want > 0 ? sum_bound / sum_want : 0.0; }
   std::string summary() const;
   void merge(const Cmp& o);
 };

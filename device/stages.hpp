@@ -1,0 +1,175 @@
+// stages.hpp -- the stage kernels' arguments and launchers (device/<stage>.cu), for the runner.
+//
+// Every launcher runs its stage for all `ranks` TP ranks of the step in one launch (grid y =
+// rank). A per-rank tensor is one buffer of `ranks` equal slices: rank r's element i is at
+// p[r * slice + i], the slice being the tensor's per-rank shape written next to each field.
+// Shapes use S = tokens, W = ranks, OK = o_k, H = heads, NS = n_split, TW = table words.
+// Field order: outputs first, then inputs, then sizes (STYLE.md).
+#pragma once
+
+#include <cstdint>
+
+#include "device/kernel.hpp"
+
+namespace k4::gpu {
+
+// ------------------------------------------------------------------ stage 0: index.cu
+struct IndexArgs {
+  int32_t* sparse_table;       // (W, S, TW)      slot s's pages at s*8 + j; last word: n_ctx
+  int32_t* blocks;             // (W, S, 16)      block id a slot, -1 where none
+  int32_t* n_ctx;              // (W, S)
+  uint8_t* long_row;           // (W, S)
+  int32_t* cand;               // (W, S, NS, 16, 2) long path: each share's 16 best (key, block)
+  const int32_t* seq_lens;     // (S)
+  const int32_t* block_table;  // (S, bt_width)
+  const float* scores;         // (S, score_width)
+  int tokens, q_len, bt_width, score_width, ranks;
+  DevCfg cfg;
+};
+void launch_select_blocks(const IndexArgs& a, hipStream_t s);
+
+// ------------------------------------------------------------------ stage 1: split.cu
+struct SplitArgs {
+  uint8_t* q8;                 // (W, S, OK)      E4M3 of q
+  uint16_t* o;                 // (W, S, NS, OK)  bf16
+  float* m;                    // (W, S, NS, H)
+  float* l;                    // (W, S, NS, H)
+  const int32_t* sparse_table; // (W, S, TW)
+  const uint16_t* q;           // (W, S, OK)      bf16
+  const uint8_t* k_cache;      // (W, cache_slice) bytes: (n_pages, page * head_dim) a rank
+  const uint8_t* v_cache;
+  const float* k_scale;        // (W, scale_slice): (n_pages, page) a rank, or (1) static
+  const float* v_scale;
+  size_t cache_slice, scale_slice;
+  int tokens, ranks;
+  DevCfg cfg;
+};
+void launch_split_attention(const SplitArgs& a, hipStream_t s);
+
+// ------------------------------------------------------------------ stage 2: merge.cu
+struct MergeArgs {
+  uint16_t* attn;              // (W, S, OK)      bf16
+  uint8_t* attn8;              // (W, S, OK)      E4M3
+  float* x_scale;              // (W, S)
+  const uint16_t* o;           // (W, S, NS, OK)
+  const float* m;              // (W, S, NS, H)
+  const float* l;
+  int tokens, ranks;
+  DevCfg cfg;
+};
+void launch_merge_partitions(const MergeArgs& a, hipStream_t s);
+
+// ------------------------------------------------------------------ stage 3: oproj.cu
+struct OprojArgs {
+  uint16_t* partial;           // (W, S, hidden)  bf16 this rank's partial rows
+  uint16_t* recv;              // (W dst, W src, S, hidden) exchange buffers, or nullptr
+  const uint8_t* attn8;        // (W, S, OK)
+  const float* x_scale;        // (W, S)
+  const uint8_t* w_o;          // (W, hidden, OK) E4M3
+  const float* s_o;            // (W, hidden)
+  int tokens, ranks, ag_rs;    // ag_rs: push each 32-row task's rows to its owner (task % W) only
+  DevCfg cfg;
+};
+void launch_o_proj_partials(const OprojArgs& a, hipStream_t s);
+
+// ------------------------------------------------------------------ all-reduces: allreduce.cu
+struct AllReduceArgs {
+  uint16_t* out;               // (W, S, hidden)  bf16 rank-ordered sums
+  uint16_t* h_mid;             // (W, S, hidden)  bf16(out + h_in), or nullptr
+  const uint16_t* recv;        // (W dst, W src, S, hidden): src's partial rows as pushed to dst
+  const uint16_t* h_in;        // (S, hidden)     with h_mid
+  int tokens, hidden, ranks, rows_per_task;
+  int zero_start;              // s = 0 + p0 + p1 + ... (the seed's t0 = 0.0); else s = p0 + ...
+  int ag_rs;                   // the owner (task % W) sums recv[owner] and gathers to every rank
+};
+void launch_all_reduce_rows(const AllReduceArgs& a, hipStream_t s);
+
+// ------------------------------------------------------------------ stage 4: router.cu
+struct RouterArgs {
+  uint16_t* xn;                // (W, S, hidden)  bf16
+  uint8_t* xn8;                // (W, S, hidden)  E4M3
+  uint8_t* xsc;                // (W, S, hidden / 32) E8M0
+  float* rstd;                 // (W, S)
+  float* logit;                // (W, S, E)
+  float* sig;                  // (W, S, E)
+  int32_t* key;                // (W, S, E)
+  const uint16_t* a;           // (W, S, hidden)  the all-reduced o_proj rows
+  const uint16_t* h_in;        // (S, hidden)
+  const uint16_t* g_post;      // (W, hidden)
+  const uint16_t* w_gate;      // (W, E, hidden)
+  const float* bias;           // (W, E)
+  int tokens, ranks;
+  DevCfg cfg;
+};
+void launch_route_scores(const RouterArgs& a, hipStream_t s);
+
+// ------------------------------------------------------------------ stage 5: moe.cu
+struct RouteArgs {
+  int32_t* ids;                // (W, S, 5)
+  float* weights;              // (W, S, 5)
+  const float* sig;            // (W, S, E)
+  const int32_t* key;          // (W, S, E)
+  int tokens, ranks;
+  DevCfg cfg;
+};
+void launch_route_top4(const RouteArgs& a, hipStream_t s);
+
+// Device pointers of the uploaded experts, [rank * n_experts + e]; nullptr where an expert is
+// not on the device (no token routed to it: its kernels never read it).
+struct ExpertTable {
+  const uint8_t* const* w13;   // (2 inter, hidden / 2)  E2M1 pairs
+  const uint8_t* const* s13;   // (2 inter, hidden / 32) E8M0
+  const uint8_t* const* w2;    // (hidden, inter / 2)
+  const uint8_t* const* s2;    // (hidden, inter / 32)
+};
+
+struct UpGateArgs {
+  uint16_t* mid;               // (W, S, 5, inter) bf16
+  float* gate;                 // (W, S, 5, inter)
+  float* up;                   // (W, S, 5, inter)
+  uint8_t* mid8;               // (W, S, 5, inter) E4M3
+  uint8_t* midsc;              // (W, S, 5, inter / 32) E8M0
+  const int32_t* ids;          // (W, S, 5)
+  const uint8_t* xn8;          // (W, S, hidden)
+  const uint8_t* xsc;          // (W, S, hidden / 32)
+  ExpertTable ex;
+  int tokens, ranks;
+  DevCfg cfg;
+};
+void launch_experts_up_gate(const UpGateArgs& a, hipStream_t s);
+
+struct DownArgs {
+  uint16_t* partial;           // (W, S, hidden)  bf16 this rank's FFN partial rows
+  uint16_t* recv;              // (W dst, W src, S, hidden) exchange buffers, or nullptr
+  const int32_t* ids;          // (W, S, 5)
+  const float* weights;        // (W, S, 5)
+  const uint8_t* mid8;         // (W, S, 5, inter)
+  const uint8_t* midsc;        // (W, S, 5, inter / 32)
+  ExpertTable ex;
+  int tokens, ranks, ag_rs;
+  DevCfg cfg;
+};
+void launch_experts_down(const DownArgs& a, hipStream_t s);
+
+// -------------------------------------------------------------------------- shared helpers
+// The expert a slot's route id addresses, clamped into the table (seed ug_load / down_load).
+K4_HD int slot_expert(const int32_t* ids_row, int slot, const DevCfg& cfg) {
+  const int id = ids_row[slot];
+  return id < cfg.n_experts - 1 ? id : cfg.n_experts - 1;
+}
+
+// Push of one bf16 partial element (token k, row) of rank src into the exchange buffers:
+// every rank's (plain) or the row's task owner's (ag_rs), as the seed's push_rows.
+K4_HD void push_partial(uint16_t* recv, uint16_t v, int src, int k, int row, int tokens, int hidden, int ranks,
+                        int rows_per_task, int ag_rs) {
+  if (recv == nullptr) return;
+  const size_t slice = size_t(tokens) * hidden, i = size_t(k) * hidden + row;
+  if (ag_rs) {
+    const int owner = (row / rows_per_task) % ranks;
+    recv[(size_t(owner) * ranks + src) * slice + i] = v;
+  } else {
+    for (int dst = 0; dst < ranks; ++dst) recv[(size_t(dst) * ranks + src) * slice + i] = v;
+  }
+}
+
+}  // namespace k4::gpu

@@ -1,0 +1,80 @@
+// merge.cu -- stage 2, merge: LSE merge of the partitions and the per-token FP8 quant; the twin
+// of reference/stages/merge.cpp (seed merge_token, L883-L944).
+//
+// Contract (reference/stages/merge.hpp), per token and head:
+//   gm = max_i m_i (in order); sl_i = l_i * exp2((m_i - gm) * log2e); gs = sum in order, 1
+//   where not > 0; a = bf16(0 + (sl_0 / gs) * o_0 + (sl_1 / gs) * o_1 + ...);
+//   amax = max |a| over the token's O_K (fmax_ieee over non-negative values: any order);
+//   x_scale = amax * f32(1/448); inv = amax == 0 ? 0 : rcp(x_scale); attn8 = E4M3(a * inv)
+//   (NoSaturate).
+// One block of 512 threads a token and rank, a thread 4 dims of one head (the seed's).
+#include "device/stages.hpp"
+#include "reference/numerics/bf16.hpp"
+#include "reference/numerics/e4m3.hpp"
+#include "reference/numerics/policy.hpp"
+
+namespace k4::gpu {
+namespace {
+
+constexpr int kMaxSplit = 16;
+
+struct MergeBody {
+  MergeArgs a;
+  template <class Ctx>
+  K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
+    const DevCfg& cfg = a.cfg;
+    const int k = c.bx, r = c.by, S = a.tokens, OK = cfg.o_k, NS = cfg.n_split, H = cfg.heads, D = cfg.head_dim;
+    const int per = OK / cfg.threads;  // 4 dims a thread
+    SmemCarver cv{smem};
+    float* av = cv.take<float>(OK);         // the merged values, bf16-rounded
+    float* red = cv.take<float>(cfg.threads);
+    const size_t tk = size_t(r) * S + k;
+    const float* mv = a.m + tk * NS * H;
+    const float* lv = a.l + tk * NS * H;
+    c.each(cfg.threads, [&](int tid) {
+      const int e0 = tid * per, h = e0 / D;
+      float gm = mv[h];  // seed:L913-L915
+      for (int i = 1; i < NS; ++i) gm = fmax_ieee(gm, mv[i * H + h]);
+      float sl[kMaxSplit];
+      for (int i = 0; i < NS; ++i) sl[i] = lv[i * H + h] * exp2_approx((mv[i * H + h] - gm) * kLog2e);
+      float gs = sl[0];
+      for (int i = 1; i < NS; ++i) gs = gs + sl[i];
+      gs = gs > 0.0f ? gs : 1.0f;  // seed:L921
+      float amax = 0.0f;
+      for (int j = 0; j < per; ++j) {
+        float acc = 0.0f;
+        for (int i = 0; i < NS; ++i) {
+          const float wi = sl[i] / gs;
+          acc = acc + wi * bf16_to_f32(a.o[(tk * NS + i) * OK + e0 + j]);
+        }
+        av[e0 + j] = bf16_round(acc);  // seed:L933
+        amax = j == 0 ? fabs_f32(av[e0]) : fmax_ieee(amax, fabs_f32(av[e0 + j]));
+      }
+      red[tid] = amax;
+    });
+    for (int off = cfg.threads / 2; off >= 1; off /= 2)  // max of non-negative values: any tree
+      c.each(off, [&](int i) { red[i] = fmax_ieee(red[i], red[i + off]); });
+    const float amax = red[0];
+    const float x_scale = amax * kInvFp8Max;
+    const float inv = amax == 0.0f ? 0.0f : rcp_approx(x_scale);  // an all-zero row -> zeros
+    c.each(OK, [&](int i) {
+      a.attn[tk * OK + i] = bf16_bits_rne(av[i]);
+      uint8_t q = e4m3_bits(av[i] * inv, Fp8Overflow::NoSaturate);
+      if (kPlantStage == 2 && r == 0 && k == 0 && i == 0) q ^= 1;
+      a.attn8[tk * OK + i] = q;
+      if (i == 0) a.x_scale[tk] = canon_nan(x_scale);
+    });
+  }
+};
+
+}  // namespace
+
+void launch_merge_partitions(const MergeArgs& a, hipStream_t s) {
+  const DevCfg& cfg = a.cfg;
+  if (cfg.n_split > kMaxSplit || cfg.o_k % cfg.threads != 0 || cfg.head_dim % (cfg.o_k / cfg.threads) != 0)
+    throw std::invalid_argument("merge kernel: needs n_split <= 16 and whole dims a thread within one head");
+  const size_t smem = SmemSize().add<float>(cfg.o_k).add<float>(cfg.threads).used;
+  launch(MergeBody{a}, Grid{a.tokens, a.ranks, 1}, cfg.threads, smem, s);
+}
+
+}  // namespace k4::gpu

@@ -1,0 +1,245 @@
+// split.cu -- stage 1, split: FP8 attention over one partition of the selected keys; the twin
+// of reference/stages/split.cpp (seed stage_split, L645-L880).
+//
+// Contract (reference/stages/split.hpp), per token, partition t (keys t*256 .. +256 of the
+// sparse context), head h:
+//   q8   = E4M3(q) (NoSaturate)
+//   c    = 0; c = c + block_dot(q8 chunk s, K chunk s) for the 4 dim chunks in order
+//   s    = (f32(sm_scale) * k_scale[key]) * c, NEG past n_ctx
+//   m    = per wave (32 keys) the 16-lane tree of max(s[l16], s[16 + l16]), waves in order
+//   vmax = per wave the 64-lane tree of max(v_scale or 0), waves in order
+//   fscale = 448 * rcp(vmax + 1e-8), pscale = vmax * f32(1/448)
+//   p    = exp2((s - m) * log2e); P8 = E4M3((vs * fscale) * p) (NoSaturate)
+//   l    = per wave and lane (p0 + p1), the 16-lane tree, waves in order
+//   PV   = per wave 0 + block_dot(P8 of its 32 keys, V column masked past n_ctx), waves in order
+//   o    = bf16((pscale * acc) * (1 / (l > 0 ? l : 1)))
+// One block of 512 threads a (token, partition) and rank; phases: q -> q8 (decoded once),
+// QK (a thread a key and 8 heads: its K chunk decoded once for the 8), maxima, P, exp-sums,
+// PV + output (a thread a dim and 4 heads: its V column decoded once for the 4). K and V
+// are read straight from the pages as 16-byte loads (consecutive keys / dims: consecutive
+// 16 bytes); keys past n_ctx are not read at all.
+#include "device/stages.hpp"
+#include "reference/numerics/bf16.hpp"
+#include "reference/numerics/butterfly.hpp"
+#include "reference/numerics/e4m3.hpp"
+#include "reference/numerics/mma.hpp"
+#include "reference/numerics/policy.hpp"
+
+namespace k4::gpu {
+namespace {
+
+constexpr int kHeads = 16, kHeadDim = 128, kSplitKeys = 256, kWaveKeys = 32, kWaves = 8, kPage = 16;
+constexpr int kChunks = kHeadDim / kBlockK;        // 4 QK blocks a head
+constexpr float kNegScore = -3.4e38f;              // the seed's NEG
+constexpr size_t kPageBytes = size_t(kPage) * kHeadDim;
+
+// 32 E4M3 codes -> exact integers (x 2^9) and whether one is NaN.
+K4_BODY bool decode_e4m3_block(int32_t* out, const uint8_t* codes) {
+  bool nan = false;
+  for (int i = 0; i < kBlockK; ++i) {
+    out[i] = e4m3_to_int_x512(codes[i]);
+    nan |= e4m3_is_nan(codes[i]);
+  }
+  return nan;
+}
+
+struct Smem {
+  float* sc;         // (16, 256) scores
+  int32_t* p_int;    // (16, 256) P8 decoded
+  int32_t* q_int;    // (16, 128) q8 decoded; later lane_l (16, 8, 16) exp-sum lane values
+  uint8_t* q8;       // (16, 128)
+  uint8_t* p8;       // (16, 256)
+  uint8_t* qnan;     // (16, 4)
+  uint8_t* pnan;     // (16, 8)
+  float* mx;         // (16)
+  float* ls;         // (8, 16)
+  float* misc;       // vmax, fscale, pscale
+  int32_t* pages;    // (16) + n_ctx
+};
+
+template <class C>
+K4_BODY Smem carve(C& cv) {
+  Smem s;
+  s.sc = cv.template take<float>(kHeads * kSplitKeys);
+  s.p_int = cv.template take<int32_t>(kHeads * kSplitKeys);
+  s.q_int = cv.template take<int32_t>(kHeads * kHeadDim);
+  s.q8 = cv.template take<uint8_t>(kHeads * kHeadDim);
+  s.p8 = cv.template take<uint8_t>(kHeads * kSplitKeys);
+  s.qnan = cv.template take<uint8_t>(kHeads * kChunks);
+  s.pnan = cv.template take<uint8_t>(kHeads * kWaves);
+  s.mx = cv.template take<float>(kHeads);
+  s.ls = cv.template take<float>(kWaves * kHeads);
+  s.misc = cv.template take<float>(4);
+  s.pages = cv.template take<int32_t>(kSplitKeys / kPage + 1);
+  return s;
+}
+
+struct SplitBody {
+  SplitArgs a;
+  template <class Ctx>
+  K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
+    const DevCfg& cfg = a.cfg;
+    const int NS = cfg.n_split, tok = c.bx / NS, t = c.bx % NS, r = c.by, S = a.tokens, OK = cfg.o_k;
+    SmemCarver cv{smem};
+    const Smem m = carve(cv);
+    const int32_t* table = a.sparse_table + (size_t(r) * S + tok) * cfg.table_words;
+    const uint8_t* kc = a.k_cache + size_t(r) * a.cache_slice;
+    const uint8_t* vc = a.v_cache + size_t(r) * a.cache_slice;
+    const float* ksc = a.k_scale + size_t(r) * a.scale_slice;
+    const float* vsc = a.v_scale + size_t(r) * a.scale_slice;
+    const uint16_t* q = a.q + (size_t(r) * S + tok) * OK;
+
+    // q -> E4M3, no clamp (seed:L743); the partition's 16 pages (slots 2t, 2t + 1)
+    c.each(OK, [&](int i) {
+      const uint8_t b = e4m3_bits(bf16_to_f32(q[i]), Fp8Overflow::NoSaturate);
+      m.q8[i] = b;
+      m.q_int[i] = e4m3_to_int_x512(b);
+      if (t == 0) a.q8[(size_t(r) * S + tok) * OK + i] = b;
+      if (i < kSplitKeys / kPage) m.pages[i] = table[t * (kSplitKeys / kPage) + i];
+      if (i == 0) m.pages[kSplitKeys / kPage] = table[cfg.table_words - 1];
+    });
+    const int n_ctx = m.pages[kSplitKeys / kPage];
+    auto valid = [&](int kp) { return t * kSplitKeys + kp < n_ctx; };
+    auto kscale = [&](int kp) { return cfg.static_kv_scale ? ksc[0] : ksc[size_t(m.pages[kp / kPage]) * kPage + kp % kPage]; };
+    auto vscale = [&](int kp) { return cfg.static_kv_scale ? vsc[0] : vsc[size_t(m.pages[kp / kPage]) * kPage + kp % kPage]; };
+    c.each(kHeads * kChunks, [&](int i) {
+      bool nan = false;
+      for (int j = 0; j < kBlockK; ++j) nan |= e4m3_is_nan(m.q8[i * kBlockK + j]);
+      m.qnan[i] = nan ? 1 : 0;
+    });
+
+    // QK (seed:L752-L768): thread (key kp, heads 8 hg .. + 8)
+    c.each(2 * kSplitKeys, [&](int i) {
+      const int kp = i % kSplitKeys, hg = i / kSplitKeys;
+      const bool ok = valid(kp);
+      float acc[8];
+      for (int h = 0; h < 8; ++h) acc[h] = 0.0f;
+      const uint8_t* kpage = kc + size_t(m.pages[kp / kPage]) * kPageBytes;
+      for (int s = 0; s < kChunks; ++s) {
+        uint8_t kb[kBlockK];
+        for (int half = 0; half < 2; ++half) {  // dims 32 s + 16 half .. + 16: bytes (d / 16) * 256 + t * 16
+          Bytes16 v{};
+          if (ok) v = load16(kpage + size_t(2 * s + half) * 256 + (kp % kPage) * 16);
+          for (int j = 0; j < 16; ++j) kb[16 * half + j] = v.b[j];
+        }
+        int32_t ki[kBlockK];
+        const bool knan = decode_e4m3_block(ki, kb);
+        for (int h = 0; h < 8; ++h) {
+          const int hh = hg * 8 + h;
+          acc[h] = acc[h] + block_dot_ints(m.q_int + hh * kHeadDim + s * kBlockK, ki,
+                                           knan || m.qnan[hh * kChunks + s] != 0, 18);
+        }
+      }
+      const float qk = ok ? cfg.sm_scale * kscale(kp) : 0.0f;
+      for (int h = 0; h < 8; ++h) m.sc[(hg * 8 + h) * kSplitKeys + kp] = ok ? qk * acc[h] : kNegScore;
+    });
+
+    // maxima (seed:L769-L792): head max per wave (16-lane tree), waves in order; v_scale max
+    c.each(kHeads + 1, [&](int h) {
+      if (h < kHeads) {
+        float mx = 0.0f;
+        for (int w = 0; w < kWaves; ++w) {
+          float v16[16];
+          for (int l16 = 0; l16 < 16; ++l16)
+            v16[l16] = fmax_ieee(m.sc[h * kSplitKeys + w * kWaveKeys + l16], m.sc[h * kSplitKeys + w * kWaveKeys + kPage + l16]);
+          const float mh = group_reduce(v16, 16, MaxF32{});
+          mx = w == 0 ? mh : fmax_ieee(mx, mh);
+        }
+        m.mx[h] = mx;
+      } else {
+        float vmax = 0.0f;
+        for (int w = 0; w < kWaves; ++w) {
+          float vloc[kWaveLanes];
+          for (int lane = 0; lane < kWaveLanes; ++lane) {
+            const int l16 = lane % 16, k0 = w * kWaveKeys + l16, k1 = k0 + kPage;
+            vloc[lane] = fmax_ieee(valid(k0) ? vscale(k0) : 0.0f, valid(k1) ? vscale(k1) : 0.0f);
+          }
+          const float vw = wave_max(vloc);
+          vmax = w == 0 ? vw : fmax_ieee(vmax, vw);
+        }
+        m.misc[0] = vmax;
+        m.misc[1] = kFp8Max * rcp_approx(vmax + 1e-8f);  // fscale
+        m.misc[2] = vmax * kInvFp8Max;                   // pscale
+      }
+    });
+
+    // P (seed:L793-L822): item (head, wave, lane l16) -> its 2 keys' P8 and lane exp-sum
+    float* lane_l = reinterpret_cast<float*>(m.q_int);  // q is done with
+    const float fscale = m.misc[1], pscale = m.misc[2];
+    c.each(kHeads * kWaves * 16, [&](int i) {
+      const int h = i / (kWaves * 16), w = (i / 16) % kWaves, l16 = i % 16;
+      float acc = 0.0f;
+      for (int j = 0; j < 2; ++j) {
+        const int kp = w * kWaveKeys + j * kPage + l16;
+        const float pj = exp2_approx((m.sc[h * kSplitKeys + kp] - m.mx[h]) * kLog2e);
+        acc = acc + pj;
+        const uint8_t b = e4m3_bits(((valid(kp) ? vscale(kp) : 0.0f) * fscale) * pj, Fp8Overflow::NoSaturate);
+        m.p8[h * kSplitKeys + kp] = b;
+        m.p_int[h * kSplitKeys + kp] = e4m3_to_int_x512(b);
+      }
+      lane_l[i] = acc;
+    });
+    c.each(kHeads * kWaves, [&](int i) {
+      const int h = i / kWaves, w = i % kWaves;
+      m.ls[w * kHeads + h] = group_reduce(lane_l + i * 16, 16, AddF32{});
+      bool nan = false;
+      for (int j = 0; j < kWaveKeys; ++j) nan |= e4m3_is_nan(m.p8[h * kSplitKeys + w * kWaveKeys + j]);
+      m.pnan[h * kWaves + w] = nan ? 1 : 0;
+    });
+
+    // PV (seed:L824-L852) and the output (seed:L854-L879): thread (dim d, heads 4 hg .. + 4)
+    const size_t ts = size_t(tok) * NS + t;
+    c.each(kHeadDim * 4, [&](int i) {
+      const int d = i % kHeadDim, hg = i / kHeadDim;
+      float acc[4];
+      for (int h = 0; h < 4; ++h) acc[h] = 0.0f;
+      for (int w = 0; w < kWaves; ++w) {
+        uint8_t vb[kWaveKeys];
+        for (int half = 0; half < 2; ++half) {  // keys 32 w + 16 half .. + 16 = page 2 w + half, bytes d * 16 + key
+          const int kp0 = w * kWaveKeys + half * kPage;
+          Bytes16 v{};
+          if (valid(kp0)) v = load16(vc + size_t(m.pages[kp0 / kPage]) * kPageBytes + size_t(d) * 16);
+          for (int j = 0; j < 16; ++j) vb[16 * half + j] = valid(kp0 + j) ? v.b[j] : uint8_t(0);
+        }
+        int32_t vi[kBlockK];
+        const bool vnan = decode_e4m3_block(vi, vb);
+        for (int h = 0; h < 4; ++h) {
+          const int hh = hg * 4 + h;
+          const float part = 0.0f + block_dot_ints(m.p_int + hh * kSplitKeys + w * kWaveKeys, vi,
+                                                   vnan || m.pnan[hh * kWaves + w] != 0, 18);
+          acc[h] = w == 0 ? part : acc[h] + part;
+        }
+      }
+      for (int h = 0; h < 4; ++h) {
+        const int hh = hg * 4 + h;
+        float lsum = m.ls[hh];
+        for (int w = 1; w < kWaves; ++w) lsum = lsum + m.ls[w * kHeads + hh];
+        const float inv_l = 1.0f / (lsum > 0.0f ? lsum : 1.0f);
+        uint16_t ob = bf16_bits_rne((pscale * acc[h]) * inv_l);
+        if (kPlantStage == 1 && r == 0 && ts == 0 && hh == 0 && d == 0) ob ^= 1;
+        a.o[(size_t(r) * S * NS + ts) * OK + hh * kHeadDim + d] = ob;
+        if (d == 0) {
+          a.m[(size_t(r) * S * NS + ts) * kHeads + hh] = canon_nan(m.mx[hh]);
+          a.l[(size_t(r) * S * NS + ts) * kHeads + hh] = canon_nan(lsum);
+        }
+      }
+    });
+  }
+};
+
+}  // namespace
+
+void launch_split_attention(const SplitArgs& a, hipStream_t s) {
+  const DevCfg& cfg = a.cfg;
+  if (cfg.heads != kHeads || cfg.head_dim != kHeadDim || cfg.split_keys != kSplitKeys || cfg.waves != kWaves ||
+      cfg.page != kPage)
+    throw std::invalid_argument("split kernel: needs 16 heads of 128, 256 keys a partition, 8 waves, 16-key pages");
+  SmemSize sz;
+  sz.add<float>(kHeads * kSplitKeys).add<int32_t>(kHeads * kSplitKeys).add<int32_t>(kHeads * kHeadDim);
+  sz.add<uint8_t>(kHeads * kHeadDim).add<uint8_t>(kHeads * kSplitKeys).add<uint8_t>(kHeads * kChunks);
+  sz.add<uint8_t>(kHeads * kWaves).add<float>(kHeads).add<float>(kWaves * kHeads).add<float>(4);
+  sz.add<int32_t>(kSplitKeys / kPage + 1);
+  launch(SplitBody{a}, Grid{a.tokens * cfg.n_split, a.ranks, 1}, 512, sz.used, s);
+}
+
+}  // namespace k4::gpu

@@ -1,0 +1,371 @@
+// moe.cu -- stage 5, experts: top-4 routing, up/gate + swiglu, mid MXFP8, down (narrow and
+// wide), bf16 partial rows pushed to the peers; the twin of reference/stages/moe.cpp (seed
+// route_top4 L1494-L1536, ug_compute L1695-L1744, wug_* L1870-L1990, moe_down L2362-L2478,
+// wide_down L2195-L2322).
+//
+// Contract (reference/stages/moe.hpp):
+//   route_top4: 4 rounds of an integer max over the route keys (lane L: experts L, L + 64);
+//     weights sig[pick] * (route_scale / max((w0 + w1) + (w2 + w3), 1e-20)); slot 4 shared.
+//   up/gate (slot s, row r): wave w's 128-k chunks from 0 (c = c + scale_block(block)),
+//     g = 0 + P_w0 + ... + P_w7, likewise u; mid = bf16(swiglu(g, u)); MXFP8 per 32 of a slot.
+//   down, narrow (S < wide_from): quarter q's units j = q, q + 4, .. of (slot j / KC, chunk
+//     j % KC), acc += unit * w_slot (0 weight past the last unit); the shared chunks alike;
+//     tot = 0 + R0 + R1 + R2 + R3 + S0 + S1 + S2 + S3.
+//   down, wide: units over the distinct experts in id order (shared last), chunk within,
+//     acc += ok ? unit * w : 0, a token not routed to the unit's expert multiplying its zero
+//     mid row (NaN if a weight scale is NaN) by weight 0; tot = 0 + A0 + A1 + A2 + A3.
+//   A unit = the 16x16x128 MFMA from 0: c = 0; c = c + scale_block(block) for its 4 blocks.
+// Kernels: routing (a thread a token); up/gate (one block an (expert, 32 mid rows) and
+// rank: the expert's rows read once for all its tokens, 4 tokens at a time; blocks of experts
+// no token uses return at once); down (one block a 32-row task and rank, thread (row, quarter,
+// token group)).
+#include <climits>
+
+#include "device/stages.hpp"
+#include "reference/numerics/bf16.hpp"
+#include "reference/numerics/e2m1.hpp"
+#include "reference/numerics/e4m3.hpp"
+#include "reference/numerics/e8m0.hpp"
+#include "reference/numerics/mma.hpp"
+#include "reference/numerics/mx.hpp"
+#include "reference/numerics/policy.hpp"
+
+namespace k4::gpu {
+namespace {
+
+constexpr int kMaxTokens = 16, kMaxSlots = 8;
+
+// Twin of reference swiglu (moe.cpp): the seed's swiglu_mul_batch(g, u, -limit).
+K4_BODY float swiglu(float g, float u, float limit) {
+  const float gp = -fmax_ieee(-g, -limit);                  // min(g, L), NaN-propagating
+  const float up = fmin_ieee(fmax_ieee(u, -limit), limit);  // clamp(u, -L, L)
+  const float sg = sigmoid_approx(1.702f * gp);             // 1.702 * g' rounded to f32 first
+  return (gp * sg) * (up + 1.0f);
+}
+
+// 16 bytes of packed E2M1 (32 elements, even low) -> values x 2.
+K4_BODY void decode_fp4_block(int32_t* out, const Bytes16& w) {
+  for (int i = 0; i < 16; ++i) {
+    out[2 * i] = e2m1_to_int_x2(fp4_lo(w.b[i]));
+    out[2 * i + 1] = e2m1_to_int_x2(fp4_hi(w.b[i]));
+  }
+}
+// 32 E4M3 codes (16-byte aligned) -> values x 2^9; returns whether one is NaN.
+K4_BODY bool decode_fp8_block(int32_t* out, const uint8_t* codes, const int32_t* dec) {
+  const Bytes16 a = load16(codes), b = load16(codes + 16);
+  bool nan = false;
+  for (int i = 0; i < 16; ++i) {
+    out[i] = dec[a.b[i]], out[16 + i] = dec[b.b[i]];
+    nan |= e4m3_is_nan(a.b[i]) || e4m3_is_nan(b.b[i]);
+  }
+  return nan;
+}
+
+// --------------------------------------------------------------------------- routing
+struct RouteBody {
+  RouteArgs a;
+  template <class Ctx>
+  K4_BODY void operator()(Ctx& c, unsigned char*) const {
+    const DevCfg& cfg = a.cfg;
+    const int r = c.by, S = a.tokens, E = cfg.n_routed, SL = cfg.moe_slots;
+    c.each(S, [&](int k) {
+      const size_t tk = size_t(r) * S + k;
+      const int32_t* key = a.key + tk * E;
+      int32_t k0[64], k1[64];  // lane L holds experts L and L + 64; missing experts INT_MIN
+      for (int L = 0; L < 64; ++L) {
+        k0[L] = L < E ? key[L] : INT32_MIN;
+        k1[L] = L + 64 < E ? key[L + 64] : INT32_MIN;
+      }
+      int pid[4];
+      for (int p = 0; p < 4; ++p) {
+        int32_t m = INT32_MIN;  // the butterfly's integer max: any order
+        for (int L = 0; L < 64; ++L) {
+          const int32_t hi = k0[L] > k1[L] ? k0[L] : k1[L];
+          m = hi > m ? hi : m;
+        }
+        for (int L = 0; L < 64; ++L) {
+          if (k0[L] == m) k0[L] = INT32_MIN;
+          if (k1[L] == m && k0[L] != m) k1[L] = INT32_MIN;
+        }
+        pid[p] = 127 - (m & 127);
+      }
+      float w[4];
+      for (int p = 0; p < 4; ++p) w[p] = a.sig[tk * E + (pid[p] < E - 1 ? pid[p] : E - 1)];
+      const float tot = (w[0] + w[1]) + (w[2] + w[3]);  // butterfly (1, 2) over 4 lanes
+      for (int p = 0; p < 4; ++p) {
+        a.ids[tk * SL + p] = pid[p];
+        a.weights[tk * SL + p] = canon_nan(w[p] * (cfg.route_scale / fmax_ieee(tot, 1e-20f)));
+      }
+      a.ids[tk * SL + cfg.top_k] = cfg.n_routed;  // the shared expert
+      a.weights[tk * SL + cfg.top_k] = cfg.shared_weight;
+    });
+  }
+};
+
+// --------------------------------------------------------------------------- up / gate
+constexpr int kUgRows = 32;    // mid rows a block: one MXFP8 32-block of every slot
+constexpr int kUgBatch = 4;    // tokens (uses) a pass
+
+struct UpGateBody {
+  UpGateArgs a;
+  template <class Ctx>
+  K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
+    const DevCfg& cfg = a.cfg;
+    const int e = c.bx, rg = c.by, r = c.bz, S = a.tokens, HID = cfg.hidden, I = cfg.inter, SL = cfg.moe_slots;
+    const int KB = HID / kBlockK, wave_blocks = KB / cfg.waves;
+    SmemCarver cv{smem};
+    int32_t* uses = cv.take<int32_t>(kMaxTokens * kMaxSlots + 1);  // (token, slot) pairs, count last
+    uint8_t* x8 = cv.take<uint8_t>(size_t(kUgBatch) * HID);         // the pass's tokens' xn8
+    uint8_t* xs = cv.take<uint8_t>(size_t(kUgBatch) * KB);          // and scales
+    float* chains = cv.take<float>(kUgBatch * kUgRows * 2 * cfg.waves);
+    float* midv = cv.take<float>(kUgBatch * kUgRows);
+    int32_t* dec = cv.take<int32_t>(256);
+    const int32_t* ids = a.ids + size_t(r) * S * SL;
+    c.each(257, [&](int i) {
+      if (i < 256) {
+        dec[i] = e4m3_to_int_x512(uint8_t(i));
+        return;
+      }
+      int n = 0;  // the (token, slot) pairs this expert serves, token-major
+      for (int k = 0; k < S; ++k)
+        for (int s = 0; s < SL; ++s)
+          if (slot_expert(ids + size_t(k) * SL, s, cfg) == e) uses[n++] = k * SL + s;
+      uses[kMaxTokens * kMaxSlots] = n;
+    });
+    const int n_use = uses[kMaxTokens * kMaxSlots];
+    if (n_use == 0) return;  // uniform: no token routed here
+    const size_t ex = size_t(r) * cfg.n_experts + e;
+    const uint8_t* w13 = a.ex.w13[ex];
+    const uint8_t* s13 = a.ex.s13[ex];
+    const uint8_t* xn8 = a.xn8 + size_t(r) * S * HID;
+    const uint8_t* xsc = a.xsc + size_t(r) * S * KB;
+    for (int u0 = 0; u0 < n_use; u0 += kUgBatch) {
+      const int nb = n_use - u0 < kUgBatch ? n_use - u0 : kUgBatch;
+      c.each(nb * (HID / 16) + nb * KB, [&](int i) {
+        if (i < nb * (HID / 16)) {
+          const int u = i / (HID / 16), j = i % (HID / 16), k = uses[u0 + u] / SL;
+          store16(x8 + size_t(u) * HID + 16 * j, load16(xn8 + size_t(k) * HID + 16 * j));
+        } else {
+          const int u = (i - nb * (HID / 16)) / KB, b = (i - nb * (HID / 16)) % KB, k = uses[u0 + u] / SL;
+          xs[u * KB + b] = xsc[size_t(k) * KB + b];
+        }
+      });
+      // thread (row, gate/up, wave): its chain over the wave's blocks for the pass's tokens
+      c.each(kUgRows * 2 * cfg.waves, [&](int i) {
+        const int rr = i % kUgRows, gu = (i / kUgRows) % 2, w = i / (2 * kUgRows);
+        const size_t wrow = size_t(gu * I + rg * kUgRows + rr);
+        const uint8_t* wp = w13 + wrow * (HID / 2);
+        const uint8_t* sp = s13 + wrow * KB;
+        float acc[kUgBatch];
+        for (int u = 0; u < kUgBatch; ++u) acc[u] = 0.0f;
+        for (int b = w * wave_blocks; b < (w + 1) * wave_blocks; ++b) {
+          int32_t wi[kBlockK];
+          decode_fp4_block(wi, load16(wp + size_t(b) * 16));
+          const uint8_t sa = sp[b];
+          for (int u = 0; u < kUgBatch; ++u) {
+            if (u >= nb) break;
+            int32_t xi[kBlockK];
+            const bool xnan = decode_fp8_block(xi, x8 + size_t(u) * HID + b * kBlockK, dec);
+            acc[u] = acc[u] + scale_block(block_dot_ints(wi, xi, xnan, 10), sa, xs[u * KB + b]);
+          }
+        }
+        for (int u = 0; u < nb; ++u) chains[((u * kUgRows + rr) * 2 + gu) * cfg.waves + w] = acc[u];
+      });
+      c.each(nb * kUgRows, [&](int i) {
+        const int u = i / kUgRows, rr = i % kUgRows, ks = uses[u0 + u];
+        const float* ch = chains + (u * kUgRows + rr) * 2 * cfg.waves;
+        float g = 0.0f, up = 0.0f;  // gsum = 0.0; gsum = gsum + wave partial, waves in order
+        for (int w = 0; w < cfg.waves; ++w) g = g + ch[w];
+        for (int w = 0; w < cfg.waves; ++w) up = up + ch[cfg.waves + w];
+        const size_t o = (size_t(r) * S * SL + ks) * I + rg * kUgRows + rr;
+        a.gate[o] = canon_nan(g);
+        a.up[o] = canon_nan(up);
+        const uint16_t m = bf16_bits_rne(swiglu(g, up, cfg.swiglu_limit));
+        a.mid[o] = m;
+        midv[i] = bf16_to_f32(m);
+      });
+      c.each(nb, [&](int u) {  // mid -> MXFP8, the slot's 32-block rg
+        const int ks = uses[u0 + u];
+        uint8_t q[kBlockK];
+        const uint8_t sc = mx8_quantize_block(midv + u * kUgRows, q);
+        const size_t o = (size_t(r) * S * SL + ks) * I + rg * kUgRows;
+        for (int j = 0; j < kBlockK; ++j) a.mid8[o + j] = q[j];
+        a.midsc[(size_t(r) * S * SL + ks) * (I / kBlockK) + rg] = sc;
+      });
+    }
+  }
+};
+
+// ------------------------------------------------------------------------------ down
+constexpr int kDnRows = 32, kQuarters = 4, kTokenGroups = 4;
+
+// One unit: row wrow of an expert's w2 (scales srow), 128-k chunk kc, against a mid row
+// (mid8 / midsc); mid8 == nullptr: the zero mid row (scales 0), whose blocks are exactly +0.
+K4_BODY float down_unit(const uint8_t* wrow, const uint8_t* srow, int kc, const uint8_t* mid8, const uint8_t* midsc,
+                        const int32_t* dec) {
+  float c = 0.0f;
+  for (int b = kc * 4; b < kc * 4 + 4; ++b) {
+    if (mid8 == nullptr) {
+      c = c + scale_block(0.0f, srow[b], 0);  // block_dot of a zero row is +0
+      continue;
+    }
+    int32_t wi[kBlockK], mi[kBlockK];
+    decode_fp4_block(wi, load16(wrow + size_t(b) * 16));
+    const bool mnan = decode_fp8_block(mi, mid8 + size_t(b) * kBlockK, dec);
+    c = c + scale_block(block_dot_ints(wi, mi, mnan, 10), srow[b], midsc[b]);
+  }
+  return c;
+}
+
+struct DownBody {
+  DownArgs a;
+  template <class Ctx>
+  K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
+    const DevCfg& cfg = a.cfg;
+    const int task = c.bx, r = c.by, S = a.tokens, HID = cfg.hidden, I = cfg.inter, SL = cfg.moe_slots;
+    const int KC = I / 128, IB = I / kBlockK, top_k = cfg.top_k, shared = cfg.n_routed;
+    const bool wide = S >= cfg.wide_from;
+    SmemCarver cv{smem};
+    float* part = cv.take<float>(size_t(S) * kDnRows * kQuarters * 2);  // (S, 32, 4) routed, then shared
+    int32_t* uexp = cv.take<int32_t>(kMaxTokens * 4 + 2);               // wide: distinct experts, count last
+    int32_t* slot_for = cv.take<int32_t>(size_t(kMaxTokens) * (kMaxTokens * 4 + 1));  // (S, u) -> slot or -1
+    int32_t* dec = cv.take<int32_t>(256);
+    const int32_t* ids = a.ids + size_t(r) * S * SL;
+    const float* wts = a.weights + size_t(r) * S * SL;
+    const uint8_t* mid8 = a.mid8 + size_t(r) * S * SL * I;
+    const uint8_t* midsc = a.midsc + size_t(r) * S * SL * IB;
+    const int u_max = top_k * S + 1;
+    c.each(256 + 1, [&](int i) {
+      if (i < 256) {
+        dec[i] = e4m3_to_int_x512(uint8_t(i));
+        return;
+      }
+      if (!wide) return;
+      // the distinct routed experts in id order, the shared one last (seed build_experts)
+      int nu = 0;
+      for (int e = 0; e < cfg.n_experts; ++e) {
+        if (e == shared) continue;
+        bool used = false;
+        for (int k = 0; k < S && !used; ++k)
+          for (int s = 0; s < SL; ++s) used |= slot_expert(ids + size_t(k) * SL, s, cfg) == e;
+        if (used) uexp[nu++] = e;
+      }
+      uexp[nu] = shared;
+      uexp[kMaxTokens * 4 + 1] = nu;
+      for (int k = 0; k < S; ++k)
+        for (int u = 0; u <= nu; ++u) {
+          const int e = uexp[u];
+          int slot = -1;  // the token's slot routed to e (seed slot_of), or the zero row
+          for (int s = 0; s < SL; ++s)
+            if (slot_expert(ids + size_t(k) * SL, s, cfg) == e && (s == top_k) == (e == shared)) slot = s;
+          slot_for[k * u_max + u] = slot;
+        }
+    });
+    auto w2_row = [&](int e, int row) {
+      return a.ex.w2[size_t(r) * cfg.n_experts + e] + size_t(row) * (I / 2);
+    };
+    auto s2_row = [&](int e, int row) {
+      return a.ex.s2[size_t(r) * cfg.n_experts + e] + size_t(row) * IB;
+    };
+    c.each(kDnRows * kQuarters * kTokenGroups, [&](int i) {
+      const int rr = i % kDnRows, q = (i / kDnRows) % kQuarters, kg = i / (kDnRows * kQuarters);
+      const int row = task * kDnRows + rr;
+      for (int k = kg; k < S; k += kTokenGroups) {
+        const int32_t* idk = ids + size_t(k) * SL;
+        auto unit = [&](int s, int kc) {
+          const int e = slot_expert(idk, s, cfg);
+          return down_unit(w2_row(e, row), s2_row(e, row), kc, mid8 + (size_t(k) * SL + s) * I,
+                           midsc + (size_t(k) * SL + s) * IB, dec);
+        };
+        float* pk = part + (size_t(k) * kDnRows + rr) * kQuarters * 2;
+        if (!wide) {
+          const int dn_units = top_k * KC, dn_upw = (dn_units + 3) / 4, sh_upw = (KC + 3) / 4;
+          float acc = 0.0f;
+          for (int it = 0; it < dn_upw; ++it) {  // units j = q + 4 it: slot j / KC, chunk j % KC
+            const int j = q + 4 * it, jj = j < dn_units - 1 ? j : dn_units - 1;
+            const float wgt = j < dn_units ? wts[size_t(k) * SL + jj / KC] : 0.0f;
+            acc = acc + unit(jj / KC, jj % KC) * wgt;
+          }
+          float sh = 0.0f;
+          for (int it = 0; it < sh_upw; ++it) {  // the shared expert's chunks, clamped
+            const int j = q + 4 * it;
+            const float wgt = j < KC ? cfg.shared_weight : 0.0f;
+            sh = sh + unit(top_k, j < KC - 1 ? j : KC - 1) * wgt;
+          }
+          pk[q] = acc;
+          pk[kQuarters + q] = sh;
+        } else {
+          const int nu = uexp[kMaxTokens * 4 + 1], n_units = (nu + 1) * KC, dn_witers = (u_max * KC + 3) / 4;
+          float acc = 0.0f;
+          for (int it = 0; it < dn_witers; ++it) {
+            const int j = q + 4 * it;
+            float term = 0.0f;
+            if (j < n_units) {
+              const int du = j / KC < u_max - 1 ? j / KC : u_max - 1, dkc = j % KC;
+              const int e = uexp[du] < cfg.n_experts - 1 ? uexp[du] : cfg.n_experts - 1;
+              const int slot = slot_for[k * u_max + du];
+              if (slot >= 0) {
+                term = unit(slot, dkc) * wts[size_t(k) * SL + slot];
+              } else {  // the zero mid row, weight 0
+                term = down_unit(w2_row(e, row), s2_row(e, row), dkc, nullptr, nullptr, dec) * 0.0f;
+              }
+            }
+            acc = acc + term;
+          }
+          pk[q] = acc;
+        }
+      }
+    });
+    c.each(S * kDnRows, [&](int i) {
+      const int rr = i % kDnRows, k = i / kDnRows, row = task * kDnRows + rr;
+      const float* pk = part + (size_t(k) * kDnRows + rr) * kQuarters * 2;
+      float tot = 0.0f;
+      for (int q = 0; q < kQuarters; ++q) tot = tot + pk[q];
+      if (!wide)
+        for (int q = 0; q < kQuarters; ++q) tot = tot + pk[kQuarters + q];
+      uint16_t p = bf16_bits_rne(tot);
+      if (kPlantStage == 5 && r == 0 && k == 0 && row == 0) p ^= 1;
+      a.partial[(size_t(r) * S + k) * HID + row] = p;
+      push_partial(a.recv, p, r, k, row, S, HID, a.ranks, kDnRows, a.ag_rs);
+    });
+  }
+};
+
+}  // namespace
+
+void launch_route_top4(const RouteArgs& a, hipStream_t s) {
+  if (a.cfg.top_k != 4 || a.cfg.n_routed > 128) throw std::invalid_argument("route_top4: needs top_k 4, <= 128 experts");
+  launch(RouteBody{a}, Grid{1, a.ranks, 1}, 32, 0, s);
+}
+
+void launch_experts_up_gate(const UpGateArgs& a, hipStream_t s) {
+  const DevCfg& cfg = a.cfg;
+  if (cfg.inter % kUgRows != 0 || (cfg.hidden / kBlockK) % cfg.waves != 0 || a.tokens > kMaxTokens ||
+      cfg.moe_slots > kMaxSlots || 2 * kUgRows * cfg.waves != 512)
+    throw std::invalid_argument("up/gate kernel: needs inter % 32 == 0, hidden / 32 % waves == 0, S <= 16");
+  const size_t KB = size_t(cfg.hidden) / kBlockK;
+  const size_t smem = SmemSize()
+                          .add<int32_t>(kMaxTokens * kMaxSlots + 1)
+                          .add<uint8_t>(kUgBatch * size_t(cfg.hidden))
+                          .add<uint8_t>(kUgBatch * KB)
+                          .add<float>(size_t(kUgBatch) * kUgRows * 2 * cfg.waves)
+                          .add<float>(kUgBatch * kUgRows)
+                          .add<int32_t>(256)
+                          .used;
+  launch(UpGateBody{a}, Grid{cfg.n_experts, cfg.inter / kUgRows, a.ranks}, 2 * kUgRows * cfg.waves, smem, s);
+}
+
+void launch_experts_down(const DownArgs& a, hipStream_t s) {
+  const DevCfg& cfg = a.cfg;
+  if (cfg.dn_rows != kDnRows || cfg.hidden % kDnRows != 0 || cfg.inter % 128 != 0 || a.tokens > kMaxTokens)
+    throw std::invalid_argument("down kernel: needs 32-row tasks, inter % 128 == 0, S <= 16");
+  const size_t smem = SmemSize()
+                          .add<float>(size_t(a.tokens) * kDnRows * kQuarters * 2)
+                          .add<int32_t>(kMaxTokens * 4 + 2)
+                          .add<int32_t>(size_t(kMaxTokens) * (kMaxTokens * 4 + 1))
+                          .add<int32_t>(256)
+                          .used;
+  launch(DownBody{a}, Grid{cfg.hidden / kDnRows, a.ranks, 1}, kDnRows * kQuarters * kTokenGroups, smem, s);
+}
+
+}  // namespace k4::gpu

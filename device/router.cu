@@ -1,0 +1,127 @@
+// router.cu -- stage 4, router: residual add, Gemma RMSNorm, MXFP8 xn, gate logits, sigmoid,
+// route keys; the twin of reference/stages/router.cpp (seed stage_router, L1307-L1480).
+//
+// Contract (reference/stages/router.hpp), per token:
+//   v = f32(a) + f32(h_in); thread t = 64 w + L of the seed: ssw = fma(v, v, ssw) over its
+//   HIDDEN / 512 consecutive elements from 0; ss = wave_sum of each wave's 64, waves in
+//   order; rstd = rsq(ss / f32(HIDDEN) + eps); xn = bf16((v * rstd) * (f32(g) + 1));
+//   MXFP8 per 32-block (mx8_quantize_block).
+//   logit(e): lane L's 4 chains acc_j = fdot2(gate pair, xn pair, acc_j) over i (elements
+//   (i * 64 + L) * 8 + 2 j, + 1), lane value (acc0 + acc1) + (acc2 + acc3), wave_sum;
+//   sig = rcp(1 + exp2(-bf16(logit) * log2e)); key = route_key(sig + bias, e).
+// Kernels: the norm (one block a token and rank, 512 threads: the seed's thread -> element
+// map) and the logits (one block a token, 8 experts and rank: wave w's 64 lanes expert
+// 8 t + w, the lane values meeting in shared memory for the 64-lane tree).
+#include "device/stages.hpp"
+#include "reference/numerics/bf16.hpp"
+#include "reference/numerics/butterfly.hpp"
+#include "reference/numerics/mx.hpp"
+#include "reference/numerics/policy.hpp"
+
+namespace k4::gpu {
+namespace {
+
+constexpr int kBlockK = 32;  // an MXFP8 block
+
+// Twin of reference route_key (router.cpp): signed-orderable int of v, low 7 bits 127 - e.
+K4_BODY int32_t route_key(float v, int e) {
+  int32_t b = int32_t(f32_bits(canon_nan(v)));
+  b = b < 0 ? (b ^ 0x7FFFFFFF) : b;
+  return int32_t(uint32_t(b) & 0xFFFFFF80u) | (127 - e);
+}
+
+struct NormBody {
+  RouterArgs a;
+  template <class Ctx>
+  K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
+    const DevCfg& cfg = a.cfg;
+    const int k = c.bx, r = c.by, S = a.tokens, HID = cfg.hidden, T = cfg.threads, re = HID / T;
+    SmemCarver cv{smem};
+    float* v = cv.take<float>(HID);
+    float* lanes = cv.take<float>(T);
+    float* red = cv.take<float>(cfg.waves + 1);
+    const size_t tk = size_t(r) * S + k;
+    c.each(HID, [&](int i) {
+      v[i] = bf16_to_f32(a.a[tk * HID + i]) + bf16_to_f32(a.h_in[size_t(k) * HID + i]);
+    });
+    c.each(T, [&](int t) {
+      float ssw = 0.0f;
+      for (int e = 0; e < re; ++e) ssw = fma_f32(v[t * re + e], v[t * re + e], ssw);  // the seed's fmath.fma
+      lanes[t] = ssw;
+    });
+    c.each(cfg.waves, [&](int w) { red[w] = wave_sum(lanes + w * kWaveLanes); });
+    c.one([&] {
+      float ss = red[0];  // ss = red[0]; ss = ss + red[w]
+      for (int w = 1; w < cfg.waves; ++w) ss = ss + red[w];
+      const float rstd = rsq_approx(ss / float(HID) + cfg.eps);
+      red[cfg.waves] = rstd;
+      a.rstd[tk] = canon_nan(rstd);
+    });
+    const float rstd = red[cfg.waves];
+    const uint16_t* g = a.g_post + size_t(r) * HID;
+    c.each(HID, [&](int i) {
+      const uint16_t x = bf16_bits_rne((v[i] * rstd) * (bf16_to_f32(g[i]) + 1.0f));
+      a.xn[tk * HID + i] = x;
+      v[i] = bf16_to_f32(x);  // each item reads and writes its own element only
+    });
+    c.each(HID / kBlockK, [&](int b) {  // MXFP8 xn (seed:L1427-L1447)
+      uint8_t q[kBlockK];
+      const uint8_t e = mx8_quantize_block(v + b * kBlockK, q);
+      if (kPlantStage == 4 && r == 0 && k == 0 && b == 0) q[0] ^= 1;
+      for (int i = 0; i < kBlockK; ++i) a.xn8[tk * HID + b * kBlockK + i] = q[i];
+      a.xsc[tk * (HID / kBlockK) + b] = e;
+    });
+  }
+};
+
+struct LogitBody {
+  RouterArgs a;
+  template <class Ctx>
+  K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
+    const DevCfg& cfg = a.cfg;
+    const int per_task = cfg.waves, tasks = cfg.n_routed / per_task;
+    const int k = c.bx / tasks, task = c.bx % tasks, r = c.by, S = a.tokens, HID = cfg.hidden, E = cfg.n_routed;
+    SmemCarver cv{smem};
+    float* lanes = cv.take<float>(cfg.threads);
+    const size_t tk = size_t(r) * S + k;
+    const uint8_t* xn = reinterpret_cast<const uint8_t*>(a.xn + tk * HID);
+    c.each(cfg.threads, [&](int t) {
+      const int w = t / kWaveLanes, lane = t % kWaveLanes, e = task * per_task + w;
+      const uint8_t* gate = reinterpret_cast<const uint8_t*>(a.w_gate + (size_t(r) * E + e) * HID);
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int i = 0; i < HID / 512; ++i) {
+        const int el = (i * 64 + lane) * 8;  // 8 bf16 = 16 bytes of each operand
+        const Bytes16 gw = load16(gate + size_t(el) * 2), xv = load16(xn + size_t(el) * 2);
+        for (int j = 0; j < 4; ++j) {
+          uint32_t gp, xp;
+          __builtin_memcpy(&gp, gw.b + 4 * j, 4);
+          __builtin_memcpy(&xp, xv.b + 4 * j, 4);
+          acc[j] = fdot2_bf16(gp, xp, acc[j]);
+        }
+      }
+      lanes[t] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    });
+    c.each(per_task, [&](int w) {
+      const int e = task * per_task + w;
+      const float logit = wave_sum(lanes + w * kWaveLanes);
+      const float sc = rcp_approx(1.0f + exp2_approx(-bf16_round(logit) * kLog2e));  // seed:L1469
+      a.logit[tk * E + e] = canon_nan(logit);
+      a.sig[tk * E + e] = canon_nan(sc);
+      a.key[tk * E + e] = route_key(sc + a.bias[size_t(r) * E + e], e);
+    });
+  }
+};
+
+}  // namespace
+
+void launch_route_scores(const RouterArgs& a, hipStream_t s) {
+  const DevCfg& cfg = a.cfg;
+  if (cfg.hidden % 512 != 0 || cfg.hidden % cfg.threads != 0 || cfg.n_routed % cfg.waves != 0 || cfg.lanes != kWaveLanes)
+    throw std::invalid_argument("router kernels: need hidden % 512 == 0, n_routed % 8 == 0, 64-lane waves");
+  const size_t norm_smem = SmemSize().add<float>(cfg.hidden).add<float>(cfg.threads).add<float>(cfg.waves + 1).used;
+  launch(NormBody{a}, Grid{a.tokens, a.ranks, 1}, cfg.threads, norm_smem, s);
+  const size_t logit_smem = SmemSize().add<float>(cfg.threads).used;
+  launch(LogitBody{a}, Grid{a.tokens * (cfg.n_routed / cfg.waves), a.ranks, 1}, cfg.threads, logit_smem, s);
+}
+
+}  // namespace k4::gpu

@@ -1,0 +1,624 @@
+// runner.cu -- the host runner of the stage kernels (runner.hpp): uploads, launches all ranks
+// of the TP group on one GPU, the exchange buffers, downloads into reference StepResults.
+//
+// A step, as the seed runs it (every launch covers all W ranks, grid y = rank):
+//   index -> split -> merge -> o_proj (each rank's partial rows pushed into every peer's, or
+//   the row task owner's, receive buffer) -> attention all-reduce (+ h_mid) -> router ->
+//   route_top4 -> [the routed experts uploaded] -> up/gate -> down (pushed likewise) -> FFN
+//   all-reduce -> ar_out.
+#include "device/runner.hpp"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "device/stages.hpp"
+
+namespace k4::gpu {
+namespace {
+
+template <class T>
+void upload(DeviceBuffer<T>& d, const std::vector<T>& h) {
+  d.resize(h.size());
+  if (!h.empty()) d.upload(h.data(), h.size());
+}
+template <class T>
+DeviceBuffer<T> to_device(const std::vector<T>& h) {
+  DeviceBuffer<T> d;
+  upload(d, h);
+  return d;
+}
+template <class T>
+std::vector<T> download(const DeviceBuffer<T>& d, size_t off, size_t n) {
+  std::vector<T> h(n);
+  if (n > 0) K4_HIP_CHECK(hipMemcpy(h.data(), d.get() + off, n * sizeof(T), hipMemcpyDeviceToHost));
+  return h;
+}
+template <class T>
+std::vector<T> download(const DeviceBuffer<T>& d, size_t n) {
+  return download(d, 0, n);
+}
+
+void sync() { K4_HIP_CHECK(hipDeviceSynchronize()); }
+
+[[noreturn]] void bad_weights(const std::string& what) { throw std::invalid_argument("weights: " + what); }
+
+void expect_size(const std::string& what, size_t got, size_t want) {
+  if (got != want) bad_weights(what + " has " + std::to_string(got) + " elements, expected " + std::to_string(want));
+}
+
+// The experts of W ranks on the device and their pointer tables ([rank * n_experts + e]).
+class Experts {
+ public:
+  void reset(int ranks, int n_experts) {
+    W_ = ranks, n_exp_ = n_experts;
+    have_.clear();
+    for (auto* h : {&h_w13_, &h_s13_, &h_w2_, &h_s2_}) h->assign(size_t(W_) * n_exp_, nullptr);
+    dirty_ = true;
+  }
+  // Uploads every expert ids (W, S, slots) addresses; src_rank[r]: the shard table rank r holds.
+  void ensure(const ExpertSource& src, const Config& cfg, const std::vector<int>& src_rank,
+              const std::vector<int32_t>& ids, int S) {
+    const int SL = cfg.moe_slots();
+    for (int r = 0; r < W_; ++r)
+      for (int ks = 0; ks < S * SL; ++ks) {
+        int e = ids[size_t(r) * S * SL + ks];
+        e = std::min(e, n_exp_ - 1);
+        if (e < 0) throw std::runtime_error("device routing produced expert id " + std::to_string(e));
+        if (have_.count({r, e})) continue;
+        const std::shared_ptr<const ExpertWeights> ew = src.expert(src_rank[r], e);
+        const size_t H = cfg.hidden, I = cfg.inter;
+        const std::string name = "expert " + std::to_string(e) + " of rank " + std::to_string(src_rank[r]);
+        expect_size(name + " w13", ew->w13.size(), 2 * I * H / 2);
+        expect_size(name + " s13", ew->s13.size(), 2 * I * H / 32);
+        expect_size(name + " w2", ew->w2.size(), H * I / 2);
+        expect_size(name + " s2", ew->s2.size(), H * I / 32);
+        Dev& d = have_[{r, e}];
+        upload(d.w13, ew->w13), upload(d.s13, ew->s13), upload(d.w2, ew->w2), upload(d.s2, ew->s2);
+        const size_t i = size_t(r) * n_exp_ + e;
+        h_w13_[i] = d.w13.get(), h_s13_[i] = d.s13.get(), h_w2_[i] = d.w2.get(), h_s2_[i] = d.s2.get();
+        dirty_ = true;
+      }
+    if (dirty_) {
+      upload(d_w13_, h_w13_), upload(d_s13_, h_s13_), upload(d_w2_, h_w2_), upload(d_s2_, h_s2_);
+      dirty_ = false;
+    }
+  }
+  ExpertTable table() const { return ExpertTable{d_w13_.get(), d_s13_.get(), d_w2_.get(), d_s2_.get()}; }
+  // Distinct experts on rank r (for the byte counts).
+  int count(int r) const {
+    int n = 0;
+    for (const auto& kv : have_) n += kv.first.first == r;
+    return n;
+  }
+
+ private:
+  struct Dev {
+    DeviceBuffer<uint8_t> w13, s13, w2, s2;
+  };
+  int W_ = 0, n_exp_ = 0;
+  bool dirty_ = true;
+  std::map<std::pair<int, int>, Dev> have_;
+  std::vector<const uint8_t*> h_w13_, h_s13_, h_w2_, h_s2_;
+  DeviceBuffer<const uint8_t*> d_w13_, d_s13_, d_w2_, d_s2_;
+};
+
+}  // namespace
+
+// ------------------------------------------------------------------------------ the step
+struct Runner::Impl {
+  Config cfg;
+  DevCfg dc;
+  int W = 1;
+  std::shared_ptr<const ExpertSource> src;
+  std::vector<int> src_rank;
+  // weights, (W, ...) slices
+  DeviceBuffer<uint8_t> w_o;
+  DeviceBuffer<float> s_o, bias;
+  DeviceBuffer<uint16_t> g_post, w_gate;
+  Experts ex;
+  // the step's inputs
+  int S = 0, q_len = 1, bt_width = 0, score_width = 0, ag = 0;
+  DeviceBuffer<int32_t> seq_lens, block_table;
+  DeviceBuffer<float> scores;
+  DeviceBuffer<uint16_t> h_in, q;
+  DeviceBuffer<uint8_t> k_cache, v_cache;
+  DeviceBuffer<float> k_scale, v_scale;
+  size_t cache_slice = 0, scale_slice = 0;
+  std::vector<int> n_ctx_host;  // for the byte counts
+  // the stages' outputs, (W, ...) slices
+  DeviceBuffer<int32_t> table, blocks, n_ctx, cand;
+  DeviceBuffer<uint8_t> long_row, q8, attn8, xn8, xsc, mid8, midsc;
+  DeviceBuffer<uint16_t> o, attn, partial, recv_attn, a, h_mid, xn, mid, ffn_partial, recv_ffn, ar_out;
+  DeviceBuffer<float> m, l, x_scale, rstd, logit, sig, weights, gate, up;
+  DeviceBuffer<int32_t> key, ids;
+
+  explicit Impl(const LayerWeights& w) : cfg(w.cfg), dc(dev_cfg(w.cfg)), W(w.cfg.tp), src(w.experts) {
+    cfg.validate();
+    if (int(w.ranks.size()) != W) bad_weights(std::to_string(w.ranks.size()) + " rank shards for tp = " + std::to_string(W));
+    if (!src) bad_weights("no expert source");
+    const size_t H = cfg.hidden, OK = cfg.o_k(), E = cfg.n_routed;
+    std::vector<uint8_t> wo;
+    std::vector<float> so, bi;
+    std::vector<uint16_t> gp, wg;
+    for (int r = 0; r < W; ++r) {
+      const RankWeights& rw = w.ranks[r];
+      const std::string p = "rank" + std::to_string(r) + "/";
+      expect_size(p + "w_o", rw.w_o.size(), H * OK);
+      expect_size(p + "s_o", rw.s_o.size(), H);
+      expect_size(p + "g_post", rw.g_post.size(), H);
+      expect_size(p + "w_gate", rw.w_gate.size(), E * H);
+      expect_size(p + "bias", rw.bias.size(), E);
+      wo.insert(wo.end(), rw.w_o.begin(), rw.w_o.end());
+      so.insert(so.end(), rw.s_o.begin(), rw.s_o.end());
+      gp.insert(gp.end(), rw.g_post.begin(), rw.g_post.end());
+      wg.insert(wg.end(), rw.w_gate.begin(), rw.w_gate.end());
+      bi.insert(bi.end(), rw.bias.begin(), rw.bias.end());
+      src_rank.push_back(r);
+    }
+    upload(w_o, wo), upload(s_o, so), upload(g_post, gp), upload(w_gate, wg), upload(bias, bi);
+    ex.reset(W, cfg.n_experts());
+  }
+
+  void set_inputs(const StepInputs& in, const RunOptions& opt) {
+    validate_inputs(in, cfg);
+    const StepShared& sh = in.shared;
+    S = sh.tokens, q_len = sh.q_len, bt_width = sh.bt_width, score_width = sh.score_width;
+    ag = opt.ar_form < 0 ? (cfg.ag_rs(S) ? 1 : 0) : (opt.ar_form != 0 ? 1 : 0);
+    upload(seq_lens, sh.seq_lens), upload(block_table, sh.block_table), upload(scores, sh.index_scores);
+    upload(h_in, sh.h_in);
+    int max_pages = 1;
+    for (const StepRank& R : in.ranks) max_pages = std::max(max_pages, R.n_pages);
+    const size_t page_bytes = size_t(cfg.page) * cfg.head_dim;
+    cache_slice = size_t(max_pages) * page_bytes;
+    scale_slice = cfg.static_kv_scale ? 1 : size_t(max_pages) * cfg.page;
+    std::vector<uint16_t> qh;
+    std::vector<uint8_t> kh(W * cache_slice, 0), vh(W * cache_slice, 0);
+    std::vector<float> ksh(W * scale_slice, 0.0f), vsh(W * scale_slice, 0.0f);
+    for (int r = 0; r < W; ++r) {
+      const StepRank& R = in.ranks[r];
+      qh.insert(qh.end(), R.q.begin(), R.q.end());
+      std::copy(R.k_cache.begin(), R.k_cache.end(), kh.begin() + r * cache_slice);
+      std::copy(R.v_cache.begin(), R.v_cache.end(), vh.begin() + r * cache_slice);
+      std::copy(R.k_scale.begin(), R.k_scale.end(), ksh.begin() + r * scale_slice);
+      std::copy(R.v_scale.begin(), R.v_scale.end(), vsh.begin() + r * scale_slice);
+    }
+    upload(q, qh), upload(k_cache, kh), upload(v_cache, vh), upload(k_scale, ksh), upload(v_scale, vsh);
+    // outputs
+    const size_t OK = cfg.o_k(), H = cfg.hidden, NS = cfg.n_split, HD = cfg.heads, E = cfg.n_routed;
+    const size_t SL = cfg.moe_slots(), I = cfg.inter, TW = cfg.sparse_table_words(), WS = size_t(W) * S;
+    table.resize(WS * TW), blocks.resize(WS * cfg.topk_blocks), n_ctx.resize(WS), long_row.resize(WS);
+    cand.resize(WS * NS * 16 * 2);
+    q8.resize(WS * OK), o.resize(WS * NS * OK), m.resize(WS * NS * HD), l.resize(WS * NS * HD);
+    attn.resize(WS * OK), attn8.resize(WS * OK), x_scale.resize(WS);
+    partial.resize(WS * H), recv_attn.resize(size_t(W) * WS * H), a.resize(WS * H), h_mid.resize(WS * H);
+    xn.resize(WS * H), xn8.resize(WS * H), xsc.resize(WS * H / 32), rstd.resize(WS);
+    logit.resize(WS * E), sig.resize(WS * E), key.resize(WS * E), ids.resize(WS * SL), weights.resize(WS * SL);
+    mid.resize(WS * SL * I), gate.resize(WS * SL * I), up.resize(WS * SL * I), mid8.resize(WS * SL * I);
+    midsc.resize(WS * SL * I / 32);
+    ffn_partial.resize(WS * H), recv_ffn.resize(size_t(W) * WS * H), ar_out.resize(WS * H);
+    n_ctx_host.clear();
+  }
+
+  // ---- the stages, all ranks a launch
+  void stage_index() {
+    launch_select_blocks(IndexArgs{table.get(), blocks.get(), n_ctx.get(), long_row.get(), cand.get(), seq_lens.get(),
+                                   block_table.get(), scores.get(), S, q_len, bt_width, score_width, W, dc},
+                         0);
+  }
+  void stage_split() {
+    launch_split_attention(SplitArgs{q8.get(), o.get(), m.get(), l.get(), table.get(), q.get(), k_cache.get(),
+                                     v_cache.get(), k_scale.get(), v_scale.get(), cache_slice, scale_slice, S, W, dc},
+                           0);
+  }
+  void stage_merge() {
+    launch_merge_partitions(MergeArgs{attn.get(), attn8.get(), x_scale.get(), o.get(), m.get(), l.get(), S, W, dc}, 0);
+  }
+  void stage_oproj() {
+    launch_o_proj_partials(
+        OprojArgs{partial.get(), recv_attn.get(), attn8.get(), x_scale.get(), w_o.get(), s_o.get(), S, W, ag, dc}, 0);
+  }
+  void stage_attn_ar() {
+    launch_all_reduce_rows(AllReduceArgs{a.get(), h_mid.get(), recv_attn.get(), h_in.get(), S, cfg.hidden, W,
+                                         cfg.o_rows, 1, ag},
+                           0);
+  }
+  void stage_router() {
+    launch_route_scores(RouterArgs{xn.get(), xn8.get(), xsc.get(), rstd.get(), logit.get(), sig.get(), key.get(),
+                                   a.get(), h_in.get(), g_post.get(), w_gate.get(), bias.get(), S, W, dc},
+                        0);
+  }
+  void stage_route() { launch_route_top4(RouteArgs{ids.get(), weights.get(), sig.get(), key.get(), S, W, dc}, 0); }
+  void fetch_experts() {
+    sync();
+    ex.ensure(*src, cfg, src_rank, download(ids, size_t(W) * S * cfg.moe_slots()), S);
+  }
+  void stage_up_gate() {
+    launch_experts_up_gate(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ids.get(), xn8.get(),
+                                      xsc.get(), ex.table(), S, W, dc},
+                           0);
+  }
+  void stage_down() {
+    launch_experts_down(DownArgs{ffn_partial.get(), recv_ffn.get(), ids.get(), weights.get(), mid8.get(), midsc.get(),
+                                 ex.table(), S, W, ag, dc},
+                        0);
+  }
+  void stage_ffn_ar() {
+    // W == 1: the seed stores the partial itself (ffn_finish), no 0.0 start
+    launch_all_reduce_rows(AllReduceArgs{ar_out.get(), nullptr, recv_ffn.get(), nullptr, S, cfg.hidden, W,
+                                         cfg.dn_rows, W > 1 ? 1 : 0, ag},
+                           0);
+  }
+
+  void run_all() {
+    stage_index(), stage_split(), stage_merge(), stage_oproj(), stage_attn_ar();
+    stage_router(), stage_route();
+    fetch_experts();
+    stage_up_gate(), stage_down(), stage_ffn_ar();
+    sync();
+  }
+
+  StepResult result() const {
+    const size_t OK = cfg.o_k(), H = cfg.hidden, NS = cfg.n_split, HD = cfg.heads, E = cfg.n_routed;
+    const size_t SL = cfg.moe_slots(), I = cfg.inter, TW = cfg.sparse_table_words(), T = cfg.topk_blocks;
+    StepResult res;
+    res.ranks.resize(W);
+    for (int r = 0; r < W; ++r) {
+      RankResult& R = res.ranks[r];
+      const size_t s0 = size_t(r) * S;
+      R.index.sparse_table = download(table, s0 * TW, S * TW);
+      R.index.blocks = download(blocks, s0 * T, S * T);
+      R.index.n_ctx = download(n_ctx, s0, S);
+      R.index.long_row = download(long_row, s0, S);
+      R.split.q8 = download(q8, s0 * OK, S * OK);
+      R.split.o = download(o, s0 * NS * OK, S * NS * OK);
+      R.split.m = download(m, s0 * NS * HD, S * NS * HD);
+      R.split.l = download(l, s0 * NS * HD, S * NS * HD);
+      R.merge.attn = download(attn, s0 * OK, S * OK);
+      R.merge.attn8 = download(attn8, s0 * OK, S * OK);
+      R.merge.x_scale = download(x_scale, s0, S);
+      R.oproj.partial = download(partial, s0 * H, S * H);
+      R.a = download(a, s0 * H, S * H);
+      R.h_mid = download(h_mid, s0 * H, S * H);
+      R.router.xn = download(xn, s0 * H, S * H);
+      R.router.xn8 = download(xn8, s0 * H, S * H);
+      R.router.xsc = download(xsc, s0 * H / 32, S * H / 32);
+      R.router.rstd = download(rstd, s0, S);
+      R.router.logit = download(logit, s0 * E, S * E);
+      R.router.sig = download(sig, s0 * E, S * E);
+      R.router.key = download(key, s0 * E, S * E);
+      R.route.ids = download(ids, s0 * SL, S * SL);
+      R.route.weights = download(weights, s0 * SL, S * SL);
+      R.moe.mid = download(mid, s0 * SL * I, S * SL * I);
+      R.moe.gate = download(gate, s0 * SL * I, S * SL * I);
+      R.moe.up = download(up, s0 * SL * I, S * SL * I);
+      R.moe.mid8 = download(mid8, s0 * SL * I, S * SL * I);
+      R.moe.midsc = download(midsc, s0 * SL * I / 32, S * SL * I / 32);
+      R.moe.partial = download(ffn_partial, s0 * H, S * H);
+      R.ar_out = download(ar_out, s0 * H, S * H);
+    }
+    return res;
+  }
+
+  // The HBM bytes each stage must move at least, all W ranks together (every rank's own
+  // weights: on one GPU the shards add up).
+  double stage_bytes(const std::string& st) {
+    const double OK = cfg.o_k(), H = cfg.hidden, NS = cfg.n_split, HD = cfg.heads, E = cfg.n_routed;
+    const double SL = cfg.moe_slots(), I = cfg.inter, TW = cfg.sparse_table_words(), Wd = W, Sd = S;
+    if (n_ctx_host.empty()) {
+      const std::vector<int32_t> nc = download(n_ctx, size_t(W) * S);
+      n_ctx_host.assign(nc.begin(), nc.end());
+    }
+    if (st == "index") {
+      const std::vector<int32_t> sl = download(seq_lens, size_t(S));
+      double blk = 0;
+      for (int32_t L : sl) blk += double((std::max(L, 1) + cfg.sparse_block - 1) / cfg.sparse_block);
+      return Wd * (blk * 4 + Sd * 16 * 4 + Sd * (TW + 16 + 2) * 4);
+    }
+    if (st == "split") {
+      double keys = 0;
+      for (int v : n_ctx_host) keys += v;
+      return keys * (2.0 * cfg.head_dim + 8) + Wd * Sd * (OK * 3 + NS * OK * 2 + NS * HD * 8 + TW * 4);
+    }
+    if (st == "merge") return Wd * Sd * (NS * OK * 2 + NS * HD * 8 + OK * 3 + 4);
+    if (st == "o_proj") return Wd * (H * OK + H * 4 + Sd * OK + Sd * H * 2 * (1 + (ag ? 1 : Wd)));
+    if (st == "attn_allreduce") return Wd * Sd * H * 2 * ((ag ? 1 : Wd) + 2) + Sd * H * 2;
+    if (st == "router") return Wd * (E * H * 2 + H * 2 + Sd * H * (2 + 2 + 2 + 1 + 1.0 / 32) + Sd * E * 12) + Sd * H * 2;
+    if (st == "route_top4") return Wd * Sd * (E * 8 + SL * 8);
+    double experts = 0;
+    for (int r = 0; r < W; ++r) experts += ex.count(r);
+    if (st == "up_gate") return experts * (2 * I * H / 2 + 2 * I * H / 32) + Wd * Sd * (H + H / 32 + SL * I * 11.0 / 1);
+    if (st == "down") return experts * (H * I / 2 + H * I / 32) + Wd * Sd * (SL * I * (1 + 1.0 / 32) + H * 2 * (1 + (ag ? 1 : Wd)));
+    if (st == "ffn_allreduce") return Wd * Sd * H * 2 * ((ag ? 1 : Wd) + 1);
+    return 0;
+  }
+};
+
+Runner::Runner(const LayerWeights& w) : impl_(std::make_unique<Impl>(w)) {}
+Runner::~Runner() = default;
+
+StepResult Runner::run_step(const StepInputs& in, const RunOptions& opt) {
+  impl_->set_inputs(in, opt);
+  impl_->run_all();
+  return impl_->result();
+}
+
+std::vector<StageTime> Runner::time_stages(const StepInputs& in, int warmup, int repeats) {
+  Impl& s = *impl_;
+  s.set_inputs(in, RunOptions{});
+  s.run_all();
+  struct Stage {
+    const char* name;
+    void (Impl::*fn)();
+  };
+  const Stage stages[] = {{"index", &Impl::stage_index},       {"split", &Impl::stage_split},
+                          {"merge", &Impl::stage_merge},       {"o_proj", &Impl::stage_oproj},
+                          {"attn_allreduce", &Impl::stage_attn_ar}, {"router", &Impl::stage_router},
+                          {"route_top4", &Impl::stage_route},  {"up_gate", &Impl::stage_up_gate},
+                          {"down", &Impl::stage_down},         {"ffn_allreduce", &Impl::stage_ffn_ar}};
+  std::vector<StageTime> out;
+#if defined(K4_HOST_EMULATION)
+  (void)warmup, (void)repeats;
+  for (const Stage& st : stages) out.push_back(StageTime{st.name, 0, 0, s.stage_bytes(st.name)});
+#else
+  hipEvent_t t0, t1;
+  K4_HIP_CHECK(hipEventCreate(&t0));
+  K4_HIP_CHECK(hipEventCreate(&t1));
+  for (const Stage& st : stages) {
+    for (int i = 0; i < warmup; ++i) (s.*st.fn)();
+    std::vector<double> us;
+    for (int i = 0; i < repeats; ++i) {
+      K4_HIP_CHECK(hipEventRecord(t0, 0));
+      (s.*st.fn)();
+      K4_HIP_CHECK(hipEventRecord(t1, 0));
+      K4_HIP_CHECK(hipEventSynchronize(t1));
+      float ms = 0;
+      K4_HIP_CHECK(hipEventElapsedTime(&ms, t0, t1));
+      us.push_back(double(ms) * 1000.0);
+    }
+    std::sort(us.begin(), us.end());
+    out.push_back(StageTime{st.name, us[us.size() / 2], us.front(), s.stage_bytes(st.name)});
+  }
+  K4_HIP_CHECK(hipEventDestroy(t0));
+  K4_HIP_CHECK(hipEventDestroy(t1));
+#endif
+  return out;
+}
+
+double Runner::copy_bandwidth(size_t bytes, int repeats) {
+#if defined(K4_HOST_EMULATION)
+  (void)bytes, (void)repeats;
+  return 1.0;
+#else
+  DeviceBuffer<uint8_t> x(bytes), y(bytes);
+  K4_HIP_CHECK(hipMemset(x.get(), 1, bytes));
+  hipEvent_t t0, t1;
+  K4_HIP_CHECK(hipEventCreate(&t0));
+  K4_HIP_CHECK(hipEventCreate(&t1));
+  K4_HIP_CHECK(hipMemcpy(y.get(), x.get(), bytes, hipMemcpyDeviceToDevice));  // warm-up
+  std::vector<double> s;
+  for (int i = 0; i < repeats; ++i) {
+    K4_HIP_CHECK(hipEventRecord(t0, 0));
+    K4_HIP_CHECK(hipMemcpyAsync(y.get(), x.get(), bytes, hipMemcpyDeviceToDevice, 0));
+    K4_HIP_CHECK(hipEventRecord(t1, 0));
+    K4_HIP_CHECK(hipEventSynchronize(t1));
+    float ms = 0;
+    K4_HIP_CHECK(hipEventElapsedTime(&ms, t0, t1));
+    s.push_back(double(ms) / 1000.0);
+  }
+  K4_HIP_CHECK(hipEventDestroy(t0));
+  K4_HIP_CHECK(hipEventDestroy(t1));
+  std::sort(s.begin(), s.end());
+  return 2.0 * double(bytes) / s[s.size() / 2];
+#endif
+}
+
+StepResult run_step(const LayerWeights& w, const StepInputs& in, const RunOptions& opt) {
+  Runner r(w);
+  return r.run_step(in, opt);
+}
+
+// ----------------------------------------------------------------------- the stage twins
+namespace {
+
+Config one_rank(const Config& cfg) {
+  Config c = cfg;
+  c.tp = 1;
+  return c;
+}
+
+}  // namespace
+
+void select_blocks(IndexOut& out, const StepShared& in, const Config& cfg) {
+  const DevCfg dc = dev_cfg(cfg);
+  const int S = in.tokens;
+  auto sl = to_device(in.seq_lens);
+  auto bt = to_device(in.block_table);
+  auto sc = to_device(in.index_scores);
+  DeviceBuffer<int32_t> table(size_t(S) * dc.table_words), blocks(size_t(S) * dc.topk_blocks), n_ctx(S);
+  DeviceBuffer<int32_t> cand(size_t(S) * dc.n_split * 32);
+  DeviceBuffer<uint8_t> long_row(S);
+  launch_select_blocks(IndexArgs{table.get(), blocks.get(), n_ctx.get(), long_row.get(), cand.get(), sl.get(), bt.get(),
+                                 sc.get(), S, in.q_len, in.bt_width, in.score_width, 1, dc},
+                       0);
+  sync();
+  out.sparse_table = download(table, table.size() ? size_t(S) * dc.table_words : 0);
+  out.blocks = download(blocks, size_t(S) * dc.topk_blocks);
+  out.n_ctx = download(n_ctx, S);
+  out.long_row = download(long_row, S);
+}
+
+void split_attention(SplitOut& out, const StepShared& sh, const StepRank& rank, const IndexOut& idx, const Config& cfg) {
+  const DevCfg dc = dev_cfg(cfg);
+  const int S = sh.tokens;
+  const size_t OK = dc.o_k, NS = dc.n_split, H = dc.heads;
+  auto table = to_device(idx.sparse_table);
+  auto q = to_device(rank.q);
+  auto kc = to_device(rank.k_cache);
+  auto vc = to_device(rank.v_cache);
+  auto ks = to_device(rank.k_scale);
+  auto vs = to_device(rank.v_scale);
+  DeviceBuffer<uint8_t> q8(S * OK);
+  DeviceBuffer<uint16_t> o(S * NS * OK);
+  DeviceBuffer<float> m(S * NS * H), l(S * NS * H);
+  launch_split_attention(SplitArgs{q8.get(), o.get(), m.get(), l.get(), table.get(), q.get(), kc.get(), vc.get(), ks.get(),
+                                   vs.get(), rank.k_cache.size(), rank.k_scale.size(), S, 1, dc},
+                         0);
+  sync();
+  out.q8 = download(q8, S * OK);
+  out.o = download(o, S * NS * OK);
+  out.m = download(m, S * NS * H);
+  out.l = download(l, S * NS * H);
+}
+
+void merge_partitions(MergeOut& out, const SplitOut& sp, int tokens, const Config& cfg) {
+  const DevCfg dc = dev_cfg(cfg);
+  const size_t OK = dc.o_k;
+  auto o = to_device(sp.o);
+  auto m = to_device(sp.m);
+  auto l = to_device(sp.l);
+  DeviceBuffer<uint16_t> attn(tokens * OK);
+  DeviceBuffer<uint8_t> attn8(tokens * OK);
+  DeviceBuffer<float> xs(tokens);
+  launch_merge_partitions(MergeArgs{attn.get(), attn8.get(), xs.get(), o.get(), m.get(), l.get(), tokens, 1, dc}, 0);
+  sync();
+  out.attn = download(attn, tokens * OK);
+  out.attn8 = download(attn8, tokens * OK);
+  out.x_scale = download(xs, tokens);
+}
+
+void o_proj_partials(OprojOut& out, const MergeOut& mg, const RankWeights& w, int tokens, const Config& cfg) {
+  const DevCfg dc = dev_cfg(one_rank(cfg));
+  auto attn8 = to_device(mg.attn8);
+  auto xs = to_device(mg.x_scale);
+  auto wo = to_device(w.w_o);
+  auto so = to_device(w.s_o);
+  DeviceBuffer<uint16_t> partial(size_t(tokens) * dc.hidden);
+  launch_o_proj_partials(
+      OprojArgs{partial.get(), nullptr, attn8.get(), xs.get(), wo.get(), so.get(), tokens, 1, 0, dc}, 0);
+  sync();
+  out.partial = download(partial, size_t(tokens) * dc.hidden);
+}
+
+void all_reduce_rows(std::vector<std::vector<uint16_t>>& out, const std::vector<const std::vector<uint16_t>*>& partials,
+                     int tokens, int hidden, bool zero_start, bool reduce_scatter, int rows_per_task) {
+  const int W = int(partials.size());
+  const size_t slice = size_t(tokens) * hidden;
+  // the exchange buffers as the pushes leave them: plain, every rank got every partial;
+  // reduce-scatter, each row task's owner got them (the rest is never read)
+  std::vector<uint16_t> recv(size_t(W) * W * slice, 0);
+  for (int dst = 0; dst < W; ++dst)
+    for (int src = 0; src < W; ++src)
+      std::copy(partials[src]->begin(), partials[src]->end(), recv.begin() + (size_t(dst) * W + src) * slice);
+  auto d_recv = to_device(recv);
+  DeviceBuffer<uint16_t> d_out(W * slice);
+  launch_all_reduce_rows(AllReduceArgs{d_out.get(), nullptr, d_recv.get(), nullptr, tokens, hidden, W, rows_per_task,
+                                       zero_start ? 1 : 0, reduce_scatter ? 1 : 0},
+                         0);
+  sync();
+  out.assign(W, {});
+  for (int r = 0; r < W; ++r) out[r] = download(d_out, r * slice, slice);
+}
+
+void residual_add(std::vector<uint16_t>& h_mid, const std::vector<uint16_t>& a, const std::vector<uint16_t>& h_in) {
+  // the attention all-reduce's epilogue, run over one rank's sum: recv[0][0] = a
+  const size_t n = a.size();
+  auto d_recv = to_device(a);
+  auto d_h = to_device(h_in);
+  DeviceBuffer<uint16_t> d_out(n), d_mid(n);
+  launch_all_reduce_rows(AllReduceArgs{d_out.get(), d_mid.get(), d_recv.get(), d_h.get(), 1, int(n), 1, 1, 0, 0}, 0);
+  sync();
+  h_mid = download(d_mid, n);
+}
+
+void route_scores(RouterOut& out, const std::vector<uint16_t>& a, const std::vector<uint16_t>& h_in,
+                  const RankWeights& w, int tokens, const Config& cfg) {
+  const DevCfg dc = dev_cfg(cfg);
+  const size_t H = dc.hidden, E = dc.n_routed, S = tokens;
+  auto da = to_device(a);
+  auto dh = to_device(h_in);
+  auto g = to_device(w.g_post);
+  auto wg = to_device(w.w_gate);
+  auto bi = to_device(w.bias);
+  DeviceBuffer<uint16_t> xn(S * H);
+  DeviceBuffer<uint8_t> xn8(S * H), xsc(S * H / 32);
+  DeviceBuffer<float> rstd(S), logit(S * E), sig(S * E);
+  DeviceBuffer<int32_t> key(S * E);
+  launch_route_scores(RouterArgs{xn.get(), xn8.get(), xsc.get(), rstd.get(), logit.get(), sig.get(), key.get(), da.get(),
+                                 dh.get(), g.get(), wg.get(), bi.get(), tokens, 1, dc},
+                      0);
+  sync();
+  out.xn = download(xn, S * H), out.xn8 = download(xn8, S * H), out.xsc = download(xsc, S * H / 32);
+  out.rstd = download(rstd, S), out.logit = download(logit, S * E), out.sig = download(sig, S * E);
+  out.key = download(key, S * E);
+}
+
+void route_top4(RouteOut& out, const RouterOut& r, int tokens, const Config& cfg) {
+  const DevCfg dc = dev_cfg(cfg);
+  const size_t SL = dc.moe_slots;
+  auto sig = to_device(r.sig);
+  auto key = to_device(r.key);
+  DeviceBuffer<int32_t> ids(tokens * SL);
+  DeviceBuffer<float> wts(tokens * SL);
+  launch_route_top4(RouteArgs{ids.get(), wts.get(), sig.get(), key.get(), tokens, 1, dc}, 0);
+  sync();
+  out.ids = download(ids, tokens * SL);
+  out.weights = download(wts, tokens * SL);
+}
+
+void experts_up_gate(MoeOut& out, const RouteOut& route, const RouterOut& r, const ExpertSource& src, int rank,
+                     int tokens, const Config& cfg) {
+  const DevCfg dc = dev_cfg(cfg);
+  const size_t n = size_t(tokens) * dc.moe_slots * dc.inter;
+  Experts ex;
+  ex.reset(1, dc.n_experts);
+  ex.ensure(src, cfg, {rank}, route.ids, tokens);
+  auto ids = to_device(route.ids);
+  auto xn8 = to_device(r.xn8);
+  auto xsc = to_device(r.xsc);
+  DeviceBuffer<uint16_t> mid(n);
+  DeviceBuffer<float> gate(n), up(n);
+  DeviceBuffer<uint8_t> mid8(n), midsc(n / 32);
+  launch_experts_up_gate(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ids.get(), xn8.get(),
+                                    xsc.get(), ex.table(), tokens, 1, dc},
+                         0);
+  sync();
+  out.mid = download(mid, n), out.gate = download(gate, n), out.up = download(up, n);
+  out.mid8 = download(mid8, n), out.midsc = download(midsc, n / 32);
+}
+
+void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, int rank, int tokens, const Config& cfg) {
+  const DevCfg dc = dev_cfg(one_rank(cfg));
+  Experts ex;
+  ex.reset(1, dc.n_experts);
+  ex.ensure(src, cfg, {rank}, route.ids, tokens);
+  auto ids = to_device(route.ids);
+  auto wts = to_device(route.weights);
+  auto mid8 = to_device(out.mid8);
+  auto midsc = to_device(out.midsc);
+  DeviceBuffer<uint16_t> partial(size_t(tokens) * dc.hidden);
+  launch_experts_down(DownArgs{partial.get(), nullptr, ids.get(), wts.get(), mid8.get(), midsc.get(), ex.table(), tokens,
+                               1, 0, dc},
+                      0);
+  sync();
+  out.partial = download(partial, size_t(tokens) * dc.hidden);
+}
+
+std::string device_name() {
+#if defined(K4_HOST_EMULATION)
+  return "host emulation";
+#else
+  int dev = 0;
+  K4_HIP_CHECK(hipGetDevice(&dev));
+  hipDeviceProp_t p;
+  K4_HIP_CHECK(hipGetDeviceProperties(&p, dev));
+  return std::string(p.name) + " (cc " + std::to_string(p.major) + "." + std::to_string(p.minor) + ", " +
+         std::to_string(p.multiProcessorCount) + " SMs, " + K4_PLATFORM_NAME + ")";
+#endif
+}
+
+int planted_stage() { return kPlantStage; }
+
+}  // namespace k4::gpu

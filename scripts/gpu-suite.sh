@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# gpu-suite.sh -- the stage kernels' GPU verification: the bit-exactness suite, the planted-
+# error variants, compute-sanitizer and the benchmark, in one script.
+#
+#   scripts/gpu-suite.sh build     HERE (no GPU needed): scripts/build-device.sh, then the six
+#                                  planted variants (K4_PLANT_STAGE=0..5: stage N's kernel flips
+#                                  one bit of its output), all copied, stripped, into
+#                                  build-cuda-suite/ (ignored; ~20 MB: carry it)
+#   scripts/gpu-suite.sh run       ON THE GPU MACHINE, from the repository root:
+#                                  everything below, logs and a summary under $OUT (or out/)
+#
+# The device tool (2000 characters, 10 minutes a command):
+#   run(command="scripts/gpu-suite.sh run", carry=["build-cuda-suite"], timeout_s=600)
+#
+# What `run` does, each step with its own time limit so that the whole ends in ~8 minutes:
+#   1. k4_gpu_tests -ts=gpu_stages          every stage bit for bit vs the reference (the
+#                                           sweep's budget: K4_GPU_BUDGET_S, default 100 s)
+#   2. k4_gpu_tests_plantN -tc="plant probe" for N = 0..5: must FAIL and name stage N
+#   3. compute-sanitizer memcheck           on "plant probe" and "sanitizer case"
+#      compute-sanitizer racecheck          on "sanitizer case"
+#   4. k4_device bench                      full preset, S = 1, 4, 16 -> bench.md
+# Exit status: 0 when every step did what it must, 1 otherwise (the summary says which).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+suite=build-cuda-suite
+mode=${1:-}
+
+# ------------------------------------------------------------------------------ build
+build() {
+  set -e
+  scripts/build-device.sh k4_gpu_tests k4_device
+  local nvcc=${K4_NVCC:-/usr/local/cuda/bin/nvcc} arch=${K4_CUDA_ARCH:-90}
+  local obj=$suite/obj
+  mkdir -p "$suite/plant" "$obj"
+  local cxx=(g++ -std=c++17 -O2 -fopenmp -ffp-contract=off -I.)
+  local cu=("$nvcc" -std=c++17 -arch=sm_$arch --fmad=false -ftz=false -prec-div=true -prec-sqrt=true -O3 -I.
+            -Xcompiler=-ffp-contract=off)
+  # the parts every planted variant shares: the reference, the fixtures, the suite, a main
+  printf '%s\n' '#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN' '#include <doctest/doctest.h>' >"$obj/main.cpp"
+  local common=() pids=()
+  for f in reference/*.cpp reference/stages/*.cpp tests/cpu/fixtures.cpp tests/gpu/test_stages_gpu.cpp "$obj/main.cpp"; do
+    local o="$obj/$(echo "$f" | tr / _).o"
+    "${cxx[@]}" -c "$f" -o "$o" & pids+=($!)
+    common+=("$o")
+  done
+  local devfiles=(index split merge oproj router moe allreduce runner)
+  for f in "${devfiles[@]}"; do "${cu[@]}" -c "device/$f.cu" -o "$obj/$f.o" & pids+=($!); done
+  local stage_file=(index split merge oproj router moe)
+  local libs=(-L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt -static-libstdc++ -static-libgcc
+              "$(g++ -print-file-name=libgomp.a)")
+  for n in 0 1 2 3 4 5; do
+    local sf=${stage_file[$n]}
+    "${cu[@]}" -DK4_PLANT_STAGE=$n -c "device/$sf.cu" -o "$obj/$sf.plant$n.o" & pids+=($!)
+    "${cu[@]}" -DK4_PLANT_STAGE=$n -c device/runner.cu -o "$obj/runner.plant$n.o" & pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || { echo "gpu-suite.sh build: a compile failed" >&2; exit 1; }; done
+  for n in 0 1 2 3 4 5; do
+    local sf=${stage_file[$n]} objs=()
+    for f in "${devfiles[@]}"; do
+      if [[ $f == "$sf" || $f == runner ]]; then objs+=("$obj/$f.plant$n.o"); else objs+=("$obj/$f.o"); fi
+    done
+    g++ -fopenmp -o "$suite/plant/k4_gpu_tests_plant$n" "${common[@]}" "${objs[@]}" "${libs[@]}"
+    strip "$suite/plant/k4_gpu_tests_plant$n"
+  done
+  cp build-cuda/k4_gpu_tests build-cuda/k4_device "$suite/"
+  strip "$suite/k4_gpu_tests" "$suite/k4_device"
+  rm -rf "$obj"
+  du -sh "$suite"
+  ls -l "$suite" "$suite/plant"
+}
+
+# -------------------------------------------------------------------------------- run
+run() {
+  local out=${OUT:-out}
+  mkdir -p "$out"
+  local log=$out/gpu-suite.log sum=$out/summary.txt status=0
+  : >"$sum"
+  note() { echo "$*" | tee -a "$sum"; }
+  {
+    echo "gpu-suite.sh run: $(date -u +%FT%TZ) on $(hostname)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || true
+    nproc
+  } >>"$log" 2>&1
+
+  # 1. the suite
+  local t0=$SECONDS
+  K4_GPU_BUDGET_S=${K4_GPU_BUDGET_S:-100} timeout 330 "$suite/k4_gpu_tests" -ts=gpu_stages --no-colors=true \
+    >"$out/suite.log" 2>&1
+  local rc=$?
+  grep -E "sweep:|SKIPPED|MISMATCH|first mismatching|test cases:|assertions:|Status" "$out/suite.log" >>"$sum"
+  if [[ $rc -eq 0 ]]; then note "suite: PASS ($((SECONDS - t0)) s)"; else note "suite: FAIL rc=$rc ($((SECONDS - t0)) s)"; status=1; fi
+
+  # 2. the planted variants must fail, naming their stage
+  for n in 0 1 2 3 4 5; do
+    timeout 60 "$suite/plant/k4_gpu_tests_plant$n" -tc="plant probe" --no-colors=true >"$out/plant$n.log" 2>&1
+    rc=$?
+    if [[ $rc -ne 0 ]] && grep -q "first mismatching stage: $n\$" "$out/plant$n.log"; then
+      note "planted stage $n: caught (suite failed, first mismatching stage $n)"
+    else
+      note "planted stage $n: NOT CAUGHT as stage $n (rc=$rc; $(grep -m1 'first mismatching' "$out/plant$n.log"))"
+      status=1
+    fi
+  done
+
+  # 3. compute-sanitizer
+  local cs=compute-sanitizer
+  command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
+  t0=$SECONDS
+  timeout 150 $cs --tool memcheck --error-exitcode 9 "$suite/k4_gpu_tests" -tc="plant probe,sanitizer case" \
+    --no-colors=true >"$out/memcheck.log" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 ]]; then note "memcheck: clean ($(grep -m1 'ERROR SUMMARY' "$out/memcheck.log"), $((SECONDS - t0)) s)"
+  else note "memcheck: rc=$rc ($(grep -m1 'ERROR SUMMARY' "$out/memcheck.log"), $((SECONDS - t0)) s)"; status=1; fi
+  t0=$SECONDS
+  timeout 150 $cs --tool racecheck --racecheck-report all --error-exitcode 9 "$suite/k4_gpu_tests" \
+    -tc="sanitizer case" --no-colors=true >"$out/racecheck.log" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 ]]; then note "racecheck: clean ($(grep -m1 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck.log"), $((SECONDS - t0)) s)"
+  else note "racecheck: rc=$rc ($(grep -m1 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck.log"), $((SECONDS - t0)) s)"; status=1; fi
+
+  # 4. the benchmark
+  t0=$SECONDS
+  timeout 150 "$suite/k4_device" bench --tokens 1,4,16 --repeats ${K4_BENCH_REPEATS:-10} --md "$out/bench.md" \
+    >"$out/bench.log" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 ]]; then note "bench: done ($((SECONDS - t0)) s)"; else note "bench: rc=$rc"; status=1; fi
+  grep -E "copy|total" "$out/bench.log" >>"$sum"
+
+  note "gpu-suite: $([[ $status -eq 0 ]] && echo ALL OK || echo FAILURES) (total $SECONDS s)"
+  cat "$sum" >>"$log"
+  return $status
+}
+
+case $mode in
+  build) build ;;
+  run) run ;;
+  *) echo "usage: scripts/gpu-suite.sh build|run" >&2; exit 2 ;;
+esac

@@ -110,9 +110,42 @@ void show_dataset(const h5::Group& root, const std::string& path, int samples, b
     case golden::DType::I32: i32 = d.read<int32_t>(); dec.i32 = &i32; break;
     default: u8 = d.read<uint8_t>(); dec.u8 = &u8; break;
   }
+  // Narrow codes are counted first (a histogram of the 16 / 256 / 65536 codes), then each
+  // distinct code decoded once: fast on the GB-sized expert stacks.
   Stats s;
   const uint64_t n = dec.count();
-  for (uint64_t i = 0; i < n; ++i) s.add(dec.value(i));
+  if (dt == golden::DType::F32 || dt == golden::DType::I32) {
+    for (uint64_t i = 0; i < n; ++i) s.add(dec.value(i));
+  } else {
+    std::vector<uint64_t> hist(dt == golden::DType::BF16 ? 65536 : 256, 0);
+    if (dt == golden::DType::BF16) for (uint16_t v : u16) ++hist[v];
+    else for (uint8_t v : u8) ++hist[v];
+    auto add_n = [&](double v, uint64_t k) {
+      if (k == 0) return;
+      s.n += k;
+      if (std::isnan(v)) { s.nan += k; return; }
+      if (std::isinf(v)) { s.inf += k; return; }
+      if (v == 0) s.zero += k;
+      s.finite += k;
+      s.mn = std::min(s.mn, v);
+      s.mx = std::max(s.mx, v);
+      s.sum += v * double(k);
+    };
+    for (size_t c = 0; c < hist.size(); ++c) {
+      if (!hist[c]) continue;
+      switch (dt) {
+        case golden::DType::BF16: add_n(bf16_to_f32(uint16_t(c)), hist[c]); break;
+        case golden::DType::U8: add_n(double(c), hist[c]); break;
+        case golden::DType::E4M3: add_n(e4m3_to_f32(uint8_t(c)), hist[c]); break;
+        case golden::DType::E8M0: add_n(e8m0_to_f32(uint8_t(c)), hist[c]); break;
+        case golden::DType::E2M1X2:  // two elements a byte
+          add_n(e2m1_to_f32(fp4_lo(uint8_t(c))), hist[c]);
+          add_n(e2m1_to_f32(fp4_hi(uint8_t(c))), hist[c]);
+          break;
+        default: break;
+      }
+    }
+  }
   if (s.finite)
     std::printf("      min %s max %s mean %.6g", fmt(s.mn, dt).c_str(), fmt(s.mx, dt).c_str(), s.sum / double(s.finite));
   else

@@ -16,7 +16,11 @@ K4_HD int32_t e2m1_to_int_x2(uint8_t nib) {
   const int32_t mag = e == 0u ? int32_t(m) : int32_t((2u + m) << (e - 1u));
   return (nib & 8u) ? -mag : mag;
 }
-K4_HD float e2m1_to_f32(uint8_t nib) { return float(e2m1_to_int_x2(nib & 0xFu)) * 0.5f; }
+// The value with its sign: code 0b1000 is -0 (the integer form above has no -0).
+K4_HD float e2m1_to_f32(uint8_t nib) {
+  const float mag = float(e2m1_to_int_x2(nib & 7u)) * 0.5f;
+  return (nib & 8u) ? -mag : mag;
+}
 K4_HD float to_f32(E2M1 v) { return e2m1_to_f32(v.bits); }
 
 K4_HD uint8_t fp4_lo(uint8_t byte) { return uint8_t(byte & 0xFu); }  // element 2i

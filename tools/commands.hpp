@@ -11,5 +11,7 @@ using Run = std::function<int()>;
 Run add_synth(CLI::App& app);
 Run add_golden(CLI::App& app);
 Run add_inspect(CLI::App& app);
+Run add_diff(CLI::App& app);
+Run add_replay(CLI::App& app);
 
 }  // namespace k4::tools

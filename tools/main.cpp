@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   add("synth", "write a deterministic synthetic checkpoint (safetensors)", k4::tools::add_synth);
   add("golden", "run the reference model and write a golden HDF5 file", k4::tools::add_golden);
   add("inspect", "show a golden's stages, shapes, dtypes and value summaries", k4::tools::add_inspect);
+  add("diff", "compare a kernel's dump with a golden, stage by stage, bit for bit", k4::tools::add_diff);
+  add("replay", "diff + replay each stage on the dump's inputs: own fault or inherited", k4::tools::add_replay);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,91 @@
+// cmd_diff.cpp -- k4 diff GOLDEN DUMP and k4 replay GOLDEN DUMP: a kernel's dump compared
+// bit for bit with a golden, stage by stage (golden/compare.hpp), optionally with the
+// replay of each stage on the dump's own inputs; text on stdout, --json, --html.
+// Exit codes: 0 every tensor compared matches, 1 a mismatch, 2 an unusable input.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "golden/compare.hpp"
+#include "tools/commands.hpp"
+#include "tools/report_html.hpp"
+
+namespace k4::tools {
+namespace {
+
+struct DiffOpt {
+  std::string golden, dump, json, html;
+  size_t max = 10;
+  bool replay = false, require_all = false, quiet = false;
+};
+
+void options(CLI::App& app, DiffOpt& o, bool replay_flag) {
+  app.add_option("GOLDEN", o.golden, "the golden (k4 golden)")->required();
+  app.add_option("DUMP", o.dump, "the kernel's dump in the golden schema (any subset of ranks, stages, tensors)")->required();
+  app.add_option("--json", o.json, "also write the report as JSON to FILE ('-': stdout, instead of the text)");
+  app.add_option("--html", o.html, "also write a self-contained HTML report (maps of the mismatches, ULP histograms)");
+  app.add_option("--max", o.max, "mismatches listed a tensor (default 10)")->check(CLI::Range(size_t(0), size_t(1000000)));
+  if (replay_flag)
+    app.add_flag("--replay", o.replay, "replay each stage on the dump's own inputs: a stage's own fault vs an inherited one");
+  app.add_flag("--require-all", o.require_all, "a tensor, stage or rank the dump lacks counts as a mismatch (exit 1)");
+  app.add_flag("-q,--quiet", o.quiet, "print only the result line");
+}
+
+int run(const DiffOpt& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  golden::DiffOptions d;
+  d.max_list = o.max;
+  d.replay = o.replay;
+  const golden::DiffReport rep = golden::diff_files(o.golden, o.dump, d);
+  const int rc = rep.exit_code(o.require_all);
+  const std::string text = golden::report_text(rep);
+  if (o.json == "-") {
+    std::fputs(golden::report_json(rep).c_str(), stdout);
+  } else {
+    if (!o.json.empty()) {
+      std::ofstream f(o.json, std::ios::binary | std::ios::trunc);
+      f << golden::report_json(rep);
+      if (!f) throw std::runtime_error("cannot write the JSON report " + o.json);
+    }
+    if (o.quiet) {
+      const size_t p = text.rfind("result:");
+      std::fputs(text.substr(p == std::string::npos ? 0 : p).c_str(), stdout);
+    } else {
+      std::fputs(text.c_str(), stdout);
+    }
+  }
+  if (!o.html.empty()) write_html_report(o.html, rep);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "k4 %s: %s in %.2f s%s%s\n", o.replay ? "replay" : "diff", rc == 0 ? "match" : "mismatch", s,
+               o.html.empty() ? "" : ", html: ", o.html.c_str());
+  return rc;
+}
+
+}  // namespace
+
+Run add_diff(CLI::App& app) {
+  auto o = std::make_shared<DiffOpt>();
+  options(app, *o, true);
+  app.footer(
+      "Compares every rank's stages in pipeline order (index, split, merge, oproj, router, moe): 'match' or the count of\n"
+      "mismatching elements a tensor, the first --max of them (index in named dimensions, bits, values, ULPs), and the\n"
+      "first stage that diverges. Exit 0 match, 1 mismatch, 2 unusable input.\n"
+      "Example: k4 diff golden.h5 kernel_dump.h5 --replay --html report.html");
+  return [o] { return run(*o); };
+}
+
+Run add_replay(CLI::App& app) {
+  auto o = std::make_shared<DiffOpt>();
+  options(app, *o, false);
+  o->replay = true;
+  app.footer(
+      "k4 diff --replay: each stage's reference function on the dump's own upstream tensors (golden weights), compared\n"
+      "with the dump's outputs. Replay matches but the golden does not: the stage inherited a bad input; replay does\n"
+      "not match: this stage is wrong. Exit 0 match, 1 mismatch, 2 unusable input.\n"
+      "Example: k4 replay golden.h5 kernel_dump.h5 --html report.html");
+  return [o] { return run(*o); };
+}
+
+}  // namespace k4::tools

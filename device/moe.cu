@@ -230,37 +230,41 @@ struct DownBody {
     int32_t* uexp = cv.take<int32_t>(kMaxTokens * 4 + 2);               // wide: distinct experts, count last
     int32_t* slot_for = cv.take<int32_t>(size_t(kMaxTokens) * (kMaxTokens * 4 + 1));  // (S, u) -> slot or -1
     int32_t* dec = cv.take<int32_t>(256);
+    uint8_t* used_e = cv.take<uint8_t>(cfg.n_experts);
     const int32_t* ids = a.ids + size_t(r) * S * SL;
     const float* wts = a.weights + size_t(r) * S * SL;
     const uint8_t* mid8 = a.mid8 + size_t(r) * S * SL * I;
     const uint8_t* midsc = a.midsc + size_t(r) * S * SL * IB;
     const int u_max = top_k * S + 1;
-    c.each(256 + 1, [&](int i) {
+    // wide: the distinct routed experts in id order, the shared one last (seed build_experts)
+    c.each(256 + (wide ? cfg.n_experts : 0), [&](int i) {
       if (i < 256) {
         dec[i] = e4m3_to_int_x512(uint8_t(i));
         return;
       }
-      if (!wide) return;
-      // the distinct routed experts in id order, the shared one last (seed build_experts)
-      int nu = 0;
-      for (int e = 0; e < cfg.n_experts; ++e) {
-        if (e == shared) continue;
-        bool used = false;
-        for (int k = 0; k < S && !used; ++k)
-          for (int s = 0; s < SL; ++s) used |= slot_expert(ids + size_t(k) * SL, s, cfg) == e;
-        if (used) uexp[nu++] = e;
-      }
-      uexp[nu] = shared;
-      uexp[kMaxTokens * 4 + 1] = nu;
-      for (int k = 0; k < S; ++k)
-        for (int u = 0; u <= nu; ++u) {
-          const int e = uexp[u];
-          int slot = -1;  // the token's slot routed to e (seed slot_of), or the zero row
-          for (int s = 0; s < SL; ++s)
-            if (slot_expert(ids + size_t(k) * SL, s, cfg) == e && (s == top_k) == (e == shared)) slot = s;
-          slot_for[k * u_max + u] = slot;
-        }
+      const int e = i - 256;
+      bool used = false;
+      for (int k = 0; k < S && !used; ++k)
+        for (int s = 0; s < SL; ++s) used |= slot_expert(ids + size_t(k) * SL, s, cfg) == e;
+      used_e[e] = used && e != shared ? 1 : 0;
     });
+    if (wide) {
+      c.one([&] {
+        int nu = 0;
+        for (int e = 0; e < cfg.n_experts; ++e)
+          if (used_e[e]) uexp[nu++] = e;
+        uexp[nu] = shared;
+        uexp[kMaxTokens * 4 + 1] = nu;
+      });
+      const int nu = uexp[kMaxTokens * 4 + 1];
+      c.each(S * (nu + 1), [&](int i) {
+        const int k = i / (nu + 1), u = i % (nu + 1), e = uexp[u];
+        int slot = -1;  // the token's slot routed to e (seed slot_of / down_tables), or the zero row
+        for (int s = 0; s < SL; ++s)
+          if (slot_expert(ids + size_t(k) * SL, s, cfg) == e && (s == top_k) == (e == shared)) slot = s;
+        slot_for[k * u_max + u] = slot;
+      });
+    }
     auto w2_row = [&](int e, int row) {
       return a.ex.w2[size_t(r) * cfg.n_experts + e] + size_t(row) * (I / 2);
     };
@@ -364,6 +368,7 @@ void launch_experts_down(const DownArgs& a, hipStream_t s) {
                           .add<int32_t>(kMaxTokens * 4 + 2)
                           .add<int32_t>(size_t(kMaxTokens) * (kMaxTokens * 4 + 1))
                           .add<int32_t>(256)
+                          .add<uint8_t>(cfg.n_experts)
                           .used;
   launch(DownBody{a}, Grid{cfg.hidden / kDnRows, a.ranks, 1}, kDnRows * kQuarters * kTokenGroups, smem, s);
 }

@@ -13,8 +13,10 @@
 #   run(command="scripts/gpu-suite.sh run", carry=["build-cuda-suite"], timeout_s=600)
 #
 # What `run` does, each step with its own time limit so that the whole ends in ~8 minutes:
+#   0. k4_gpu_tests -tc="plant probe"       one step through every stage; on failure: memcheck
+#                                           of it, then stop
 #   1. k4_gpu_tests -ts=gpu_stages          every stage bit for bit vs the reference (the
-#                                           sweep's budget: K4_GPU_BUDGET_S, default 100 s)
+#                                           sweep's budget: K4_GPU_BUDGET_S, default 90 s)
 #   2. k4_gpu_tests_plantN -tc="plant probe" for N = 0..5: must FAIL and name stage N
 #   3. compute-sanitizer memcheck           on "plant probe" and "sanitizer case"
 #      compute-sanitizer racecheck          on "sanitizer case"
@@ -63,6 +65,10 @@ build() {
     g++ -fopenmp -o "$suite/plant/k4_gpu_tests_plant$n" "${common[@]}" "${objs[@]}" "${libs[@]}"
     strip "$suite/plant/k4_gpu_tests_plant$n"
   done
+  {
+    echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- device tests/gpu scripts/gpu-suite.sh 2>/dev/null || echo ' (+ uncommitted changes)')"
+    echo "built $(date -u +%FT%TZ) on $(uname -n) with $("$nvcc" --version | tail -1)"
+  } >"$suite/BUILD_INFO"
   cp build-cuda/k4_gpu_tests build-cuda/k4_device "$suite/"
   strip "$suite/k4_gpu_tests" "$suite/k4_device"
   rm -rf "$obj"
@@ -83,11 +89,29 @@ run() {
     nproc
   } >>"$log" 2>&1
 
+  cat "$suite/BUILD_INFO" >>"$sum" 2>/dev/null
+
+  # 0. one step through every stage first: if even that fails, run memcheck on it and stop
+  # (a broken build costs a minute of device time, not eight)
+  local t0=$SECONDS rc
+  timeout 120 "$suite/k4_gpu_tests" -tc="plant probe" --no-colors=true >"$out/probe.log" 2>&1
+  rc=$?
+  if [[ $rc -ne 0 ]]; then
+    note "probe: FAIL rc=$rc: stopping after a memcheck of it"
+    grep -E "MISMATCH|stage|ERROR|error" "$out/probe.log" | head -40 >>"$sum"
+    timeout 120 compute-sanitizer --tool memcheck "$suite/k4_gpu_tests" -tc="plant probe" --no-colors=true \
+      >"$out/memcheck.log" 2>&1
+    grep -m1 "ERROR SUMMARY" "$out/memcheck.log" >>"$sum"
+    cat "$sum" >>"$log"
+    return 1
+  fi
+  note "probe: PASS ($((SECONDS - t0)) s)"
+
   # 1. the suite
-  local t0=$SECONDS
-  K4_GPU_BUDGET_S=${K4_GPU_BUDGET_S:-100} timeout 330 "$suite/k4_gpu_tests" -ts=gpu_stages --no-colors=true \
+  t0=$SECONDS
+  K4_GPU_BUDGET_S=${K4_GPU_BUDGET_S:-90} timeout 330 "$suite/k4_gpu_tests" -ts=gpu_stages --no-colors=true \
     >"$out/suite.log" 2>&1
-  local rc=$?
+  rc=$?
   grep -E "sweep:|SKIPPED|MISMATCH|first mismatching|test cases:|assertions:|Status" "$out/suite.log" >>"$sum"
   if [[ $rc -eq 0 ]]; then note "suite: PASS ($((SECONDS - t0)) s)"; else note "suite: FAIL rc=$rc ($((SECONDS - t0)) s)"; status=1; fi
 
@@ -113,7 +137,7 @@ run() {
   if [[ $rc -eq 0 ]]; then note "memcheck: clean ($(grep -m1 'ERROR SUMMARY' "$out/memcheck.log"), $((SECONDS - t0)) s)"
   else note "memcheck: rc=$rc ($(grep -m1 'ERROR SUMMARY' "$out/memcheck.log"), $((SECONDS - t0)) s)"; status=1; fi
   t0=$SECONDS
-  timeout 150 $cs --tool racecheck --racecheck-report all --error-exitcode 9 "$suite/k4_gpu_tests" \
+  timeout 120 $cs --tool racecheck --racecheck-report all --error-exitcode 9 "$suite/k4_gpu_tests" \
     -tc="sanitizer case" --no-colors=true >"$out/racecheck.log" 2>&1
   rc=$?
   if [[ $rc -eq 0 ]]; then note "racecheck: clean ($(grep -m1 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck.log"), $((SECONDS - t0)) s)"

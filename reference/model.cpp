@@ -2,11 +2,31 @@
 // all-reduces between them (seed build_post_attn_kernel, L1-L2600).
 #include "reference/model.hpp"
 
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
 namespace k4 {
 namespace {
+
+// One rank's experts, each fetched once for both MoE phases (up/gate and down), released
+// when the rank's stage 5 is done: a source may build experts on demand and cache few.
+class RankExpertCache : public ExpertSource {
+ public:
+  explicit RankExpertCache(const ExpertSource& src) : src_(src) {}
+  std::shared_ptr<const ExpertWeights> expert(int rank, int e) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = held_[{rank, e}];
+    if (!slot) slot = src_.expert(rank, e);
+    return slot;
+  }
+
+ private:
+  const ExpertSource& src_;
+  mutable std::mutex mu_;
+  mutable std::map<std::pair<int, int>, std::shared_ptr<const ExpertWeights>> held_;
+};
 
 [[noreturn]] void bad(const std::string& tensor, const std::string& what) {
   throw std::invalid_argument("inputs: " + tensor + ": " + what);
@@ -89,8 +109,9 @@ StepResult run_step(const LayerWeights& w, const StepInputs& in) {
     residual_add(R.h_mid, R.a, in.shared.h_in);
     route_scores(R.router, R.a, in.shared.h_in, w.ranks[r], S, cfg);
     route_top4(R.route, R.router, S, cfg);
-    experts_up_gate(R.moe, R.route, R.router, *w.experts, r, S, cfg);
-    experts_down(R.moe, R.route, *w.experts, r, S, cfg);
+    const RankExpertCache experts(*w.experts);
+    experts_up_gate(R.moe, R.route, R.router, experts, r, S, cfg);
+    experts_down(R.moe, R.route, experts, r, S, cfg);
   }
   parts.clear();
   for (int r = 0; r < W; ++r) parts.push_back(&res.ranks[r].moe.partial);

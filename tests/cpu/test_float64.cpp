@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "reference/config.hpp"
@@ -86,15 +88,16 @@ void check_report(const f64::Report& rep) {
 }
 
 // ---- planted errors --------------------------------------------------------------------
+// The element of largest finite magnitude of a bf16 (uint16_t) or f32 tensor.
 template <class T>
 size_t largest(const std::vector<T>& v) {
+  static_assert(std::is_same_v<T, uint16_t> || std::is_same_v<T, float>, "bf16 bits or f32");
   size_t best = 0;
   double bv = -1;
   for (size_t i = 0; i < v.size(); ++i) {
     double x;
-    if constexpr (sizeof(T) == 2) x = std::fabs(f64::bf16(uint16_t(v[i])));
-    else if constexpr (std::is_same_v<T, float>) x = std::fabs(v[i]);
-    else x = double(i == 0);
+    if constexpr (std::is_same_v<T, uint16_t>) x = std::fabs(f64::bf16(v[i]));
+    else x = std::fabs(double(v[i]));
     if (std::isfinite(x) && x > bv) bv = x, best = i;
   }
   return best;
@@ -154,6 +157,47 @@ TEST_CASE("the float64 guard: tiny and small presets, token counts 1..13, contex
     f64::merge_into(total, rep);
   }
   check_report(total);
+}
+
+TEST_CASE("adversarial inputs: a NaN q8 poisons its token only; NaN bytes past the context never leak") {
+  const LayerWeights& w = f64::cached_layer("tiny", 2, 1);
+  StepInputs clean = k4::test::random_step(w.cfg, {3, {1000, 300, 2500}, 1, 8});
+  // token 1 (300 keys, blocks 0..2): its tail block gets a block entry of its own (a copy of
+  // entry 0's pages), so that nothing else reads those pages
+  const int stride = w.cfg.kv_page_stride, fresh = clean.ranks[0].n_pages / stride;
+  for (k4::StepRank& R : clean.ranks) {
+    R.n_pages += stride;
+    R.k_cache.insert(R.k_cache.end(), R.k_cache.begin(), R.k_cache.begin() + size_t(stride) * 2048);
+    R.v_cache.insert(R.v_cache.end(), R.v_cache.begin(), R.v_cache.begin() + size_t(stride) * 2048);
+    R.k_scale.insert(R.k_scale.end(), R.k_scale.begin(), R.k_scale.begin() + size_t(stride) * 16);
+    R.v_scale.insert(R.v_scale.end(), R.v_scale.begin(), R.v_scale.begin() + size_t(stride) * 16);
+  }
+  clean.shared.block_table[size_t(1) * clean.shared.bt_width + 2] = fresh;
+  StepInputs bad = clean;
+  // token 0: q = 1000 in rank 0's head 3 -> E4M3 NaN (no saturation): head 3's scores NaN,
+  // its merged row's amax NaN, so every attn8 code of the token NaN, then the whole token
+  bad.ranks[0].q[3 * 128 + 7] = f64::bf16_nearest(1000.0);
+  // token 1: every K / V byte and scale of its tail block past key 299 NaN, on both ranks
+  for (k4::StepRank& R : bad.ranks)
+    for (int j = 0; j < 8; ++j)
+      for (int t = 0; t < 16; ++t) {
+        if (256 + j * 16 + t < 300) continue;
+        const size_t page = size_t(fresh) * stride + j;
+        for (int d = 0; d < 128; ++d) R.k_cache[page * 2048 + k4::k_byte(t, d)] = R.v_cache[page * 2048 + k4::v_byte(t, d)] = 0x7F;
+        R.k_scale[page * 16 + t] = R.v_scale[page * 16 + t] = std::numeric_limits<float>::quiet_NaN();
+      }
+  const StepResult r = k4::run_step(w, bad), rc = k4::run_step(w, clean);
+  const f64::Report rep = f64::check_step(w, bad, r);
+  CHECK_MESSAGE(f64::all_ok(rep), f64::describe(rep));
+  const int H = w.cfg.hidden;
+  for (const k4::RankResult& R : r.ranks) {
+    for (int i = 0; i < H; ++i) REQUIRE(R.ar_out[i] == 0x7FC0);  // token 0: canonical NaN
+    // tokens 1 and 2: the bits of the clean run (S = 3: narrow MoE, tokens independent)
+    for (size_t i = H; i < R.ar_out.size(); ++i) REQUIRE(R.ar_out[i] == rc.ranks[0].ar_out[i]);
+  }
+  CHECK(r.ranks[0].merge.attn8[0] == 0x7F);
+  CHECK(std::isnan(r.ranks[0].merge.x_scale[0]));
+  CHECK(!std::isnan(r.ranks[1].merge.x_scale[0]));  // rank 1's heads are clean until the all-reduce
 }
 
 const Run& full_run() {

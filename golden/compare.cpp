@@ -218,10 +218,9 @@ template std::vector<float> typed(const RawTensor&);
 std::string hist_label(int k) {
   if (k == 0) return "0";
   if (k == 1) return "1";
-  if (k >= kHistBuckets - 1) return "2^" + std::to_string(kHistBuckets - 2) + "+";
   const uint64_t lo = uint64_t(1) << (k - 1), hi = (uint64_t(1) << k) - 1;
-  if (k <= 11) return std::to_string(lo) + "-" + std::to_string(hi);
-  return "2^" + std::to_string(k - 1) + "..";
+  if (k <= 8) return std::to_string(lo) + "-" + std::to_string(hi);
+  return "2^" + std::to_string(k - 1) + (k >= kHistBuckets - 1 ? "+" : "");  // [2^(k-1), 2^k)
 }
 
 const char* status_name(TensorDiff::Status s) {

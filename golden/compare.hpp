@@ -85,7 +85,7 @@ struct Mismatch {
 // ULP histogram: bucket 0 holds distance 0 (bits differ, same value: -0 vs +0), bucket k >= 1
 // distances in [2^(k-1), 2^k); NaNs apart.
 constexpr int kHistBuckets = 34;
-std::string hist_label(int bucket);  // "0", "1", "2-3", "4-7", ..., "2^32"
+std::string hist_label(int bucket);  // "0", "1", "2-3", ..., "128-255", then "2^8" for [2^8, 2^9), ...
 
 struct TensorDiff {
   enum class Status { Match, Mismatch, Missing, ShapeDiffers, DtypeDiffers };
@@ -220,7 +220,10 @@ void replay_stages(DiffReport& rep, const std::string& golden_path, const DumpRe
 
 // The report as text (what k4 diff prints) and as JSON (k4 diff --json): the same content,
 // with first_divergence: {rank, stage, tensor, index}.
-std::string report_text(const DiffReport& rep);
+// The text lists the first mismatches of every tensor of the first diverging stage (and
+// of the replay's own-fault findings); tensors downstream get one line each, unless
+// all_mismatches.
+std::string report_text(const DiffReport& rep, bool all_mismatches = false);
 std::string report_json(const DiffReport& rep);
 
 // ---- writing dumps ---------------------------------------------------------------------

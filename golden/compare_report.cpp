@@ -26,13 +26,24 @@ std::string shape_text(const TensorDiff& t) {
   return s + ")";
 }
 
+// "ulp 1 .. 2^15, most 8-15 (459)": the range of the histogram and its largest bucket.
 std::string hist_text(const TensorDiff& t) {
+  int lo = -1, hi = -1, mode = -1;
+  for (int k = 0; k < kHistBuckets; ++k) {
+    if (!t.hist[size_t(k)]) continue;
+    if (lo < 0) lo = k;
+    hi = k;
+    if (mode < 0 || t.hist[size_t(k)] > t.hist[size_t(mode)]) mode = k;
+  }
   std::vector<std::string> parts;
-  for (int k = 0; k < kHistBuckets; ++k)
-    if (t.hist[size_t(k)]) parts.push_back(hist_label(k) + ": " + std::to_string(t.hist[size_t(k)]));
-  if (t.nan_vs_number) parts.push_back("NaN vs number: " + std::to_string(t.nan_vs_number));
-  if (t.nan_vs_nan) parts.push_back("NaN bits: " + std::to_string(t.nan_vs_nan));
-  return (is_float(t.dtype) ? "ulp " : "|delta| ") + join(parts);
+  if (lo >= 0) {
+    std::string r = (is_float(t.dtype) ? "ulp " : "|delta| ") + hist_label(lo);
+    if (hi > lo) r += " .. " + hist_label(hi) + ", most " + hist_label(mode) + " (" + std::to_string(t.hist[size_t(mode)]) + ")";
+    parts.push_back(r);
+  }
+  if (t.nan_vs_number) parts.push_back("NaN vs number " + std::to_string(t.nan_vs_number));
+  if (t.nan_vs_nan) parts.push_back("NaN bits differ " + std::to_string(t.nan_vs_nan));
+  return join(parts, "; ");
 }
 
 // "o 1 of 65536, m 2 of 256"
@@ -72,7 +83,7 @@ std::string rank_label(int r) { return r < 0 ? std::string("shared ") : "rank " 
 
 }  // namespace
 
-std::string report_text(const DiffReport& rep) {
+std::string report_text(const DiffReport& rep, bool all) {
   std::string o;
   o += "k4 diff: golden " + rep.golden + "\n         dump   " + rep.dump + "\n";
   o += "config " + rep.config_name + ", tp " + std::to_string(rep.tp) + ", S " + std::to_string(rep.tokens) + "; " +
@@ -97,17 +108,22 @@ std::string report_text(const DiffReport& rep) {
          ", element " + index_text(rep.first.index, rep.first.dims) + " (flat " + std::to_string(rep.first.flat) + ")\n\n";
   else if (!rep.any_mismatch())
     o += "no divergence: every tensor compared matches bit for bit\n\n";
-  bool header = false;
-  auto each = [&](int rank, const TensorDiff& t) {
+  bool header = false, downstream = false;
+  auto each = [&](int rank, const std::string& stage, const TensorDiff& t) {
     if (t.status != TensorDiff::Status::Mismatch) return;
+    const bool detail = all || (rep.first.found && stage == rep.first.stage);
+    if (!detail && !downstream) {
+      o += std::string(header ? "\n" : "") + "downstream of the first divergence (k4 diff --all lists their mismatches):\n";
+      downstream = header = true;
+    }
     if (!header) o += "mismatches (the first " + std::to_string(rep.max_list) + " a tensor):\n";
     header = true;
     o += tensor_head(rank_label(rank), t);
-    mismatch_lines(o, t, "golden", rep.max_list);
+    if (detail) mismatch_lines(o, t, "golden", rep.max_list);
   };
-  for (const TensorDiff& t : rep.shared) each(-1, t);
+  for (const TensorDiff& t : rep.shared) each(-1, "inputs", t);
   for (const StageDiff& s : rep.stages)
-    for (const TensorDiff& t : s.tensors) each(s.rank, t);
+    for (const TensorDiff& t : s.tensors) each(s.rank, s.stage, t);
   if (header) o += "\n";
   if (rep.replayed) {
     o += "replay (each stage's reference function on the dump's own inputs, compared with the dump's outputs):\n";

@@ -18,7 +18,7 @@ namespace {
 struct DiffOpt {
   std::string golden, dump, json, html;
   size_t max = 10;
-  bool replay = false, require_all = false, quiet = false;
+  bool replay = false, require_all = false, quiet = false, all = false;
 };
 
 void options(CLI::App& app, DiffOpt& o, bool replay_flag) {
@@ -30,6 +30,7 @@ void options(CLI::App& app, DiffOpt& o, bool replay_flag) {
   if (replay_flag)
     app.add_flag("--replay", o.replay, "replay each stage on the dump's own inputs: a stage's own fault vs an inherited one");
   app.add_flag("--require-all", o.require_all, "a tensor, stage or rank the dump lacks counts as a mismatch (exit 1)");
+  app.add_flag("--all", o.all, "list the first mismatches of every tensor (default: of the first diverging stage)");
   app.add_flag("-q,--quiet", o.quiet, "print only the result line");
 }
 
@@ -40,7 +41,7 @@ int run(const DiffOpt& o) {
   d.replay = o.replay;
   const golden::DiffReport rep = golden::diff_files(o.golden, o.dump, d);
   const int rc = rep.exit_code(o.require_all);
-  const std::string text = golden::report_text(rep);
+  const std::string text = golden::report_text(rep, o.all);
   if (o.json == "-") {
     std::fputs(golden::report_json(rep).c_str(), stdout);
   } else {

@@ -165,7 +165,7 @@ std::string hist_svg(const TensorDiff& t) {
   uint64_t mx = 1;
   for (const auto& b : bars) mx = std::max(mx, b.second);
   const double bw = std::clamp(600.0 / std::max<size_t>(bars.size(), 1), 14.0, 60.0), H = 120, left = 40, top = 18;
-  const double W = bw * double(bars.size());
+  const double W = std::max(bw * double(bars.size()), 300.0);  // room for the axis label
   std::string s = "<svg class=\"hist\" width=\"" + num(left + W + 20) + "\" height=\"" +
                   num(top + H + 46) + "\" role=\"img\"><title>" + std::string(golden::is_float(t.dtype) ? "ULP" : "|delta|") +
                   " histogram of " + esc(t.name) + "</title>";
@@ -181,7 +181,8 @@ std::string hist_svg(const TensorDiff& t) {
          esc(bars[i].first) + "</text>";
   }
   s += "<text x=\"" + num(left) + "\" y=\"" + num(top + H + 34) + "\" class=\"axis\">" +
-       std::string(golden::is_float(t.dtype) ? "ULP distance (ordered-integer)" : "|integer difference|") + "</text>";
+       std::string(golden::is_float(t.dtype) ? "ULP distance (ordered-integer)" : "|integer difference|") +
+       "; 2^k: [2^k, 2^(k+1))</text>";
   s += "</svg>";
   return s;
 }

@@ -131,6 +131,8 @@ TEST_CASE("tensor diff: counts, the first N in index order with named indices, t
   CHECK(d.hist[0] == 1);  // -0 vs +0
   CHECK(d.hist[1] == 1);  // 1 ulp
   CHECK(d.hist[3] == 1);  // 4 ulp: bucket 4-7
+  CHECK(hist_label(3) == "4-7");
+  CHECK(hist_label(9) == "2^8");  // [2^8, 2^9)
   CHECK(d.nan_vs_number == 1);
   TensorDiff same;
   diff_tensor(same, a, a, 10);

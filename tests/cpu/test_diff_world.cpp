@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -22,7 +23,7 @@ struct OwnedWorld {
   DiffWorld w;
   ~OwnedWorld() {
     std::error_code ec;
-    if (!w.dir.empty()) fs::remove_all(w.dir, ec);
+    if (!w.dir.empty() && !w.keep) fs::remove_all(w.dir, ec);
   }
 };
 
@@ -91,15 +92,22 @@ DiffWorld build() {
   W.tie_slot_a = int(a - t.begin());
   W.tie_slot_b = int(b - t.begin());
   (void)SL;
-  W.dir = (fs::temp_directory_path() / ("k4_test_diff_" + std::to_string(::getpid()))).string();
-  fs::remove_all(W.dir);
+  if (const char* keep = std::getenv("K4_DIFF_KEEP")) {  // keep the golden and the dumps there
+    W.dir = keep;
+    W.keep = true;
+  } else {
+    W.dir = (fs::temp_directory_path() / ("k4_test_diff_" + std::to_string(::getpid()))).string();
+    fs::remove_all(W.dir);
+  }
   fs::create_directories(W.dir);
   W.golden_path = W.path("golden.h5");
   golden::GoldenMeta meta;
   meta.scenario_json = scenario_to_json(s);
   meta.weight_seed = 7;
   meta.input_seed = 3;
-  golden::write_golden(W.golden_path, W.w, W.in, W.gold, meta, {});
+  golden::WriteOptions wo;
+  wo.overwrite = true;
+  golden::write_golden(W.golden_path, W.w, W.in, W.gold, meta, wo);
   return W;
 }
 

@@ -4,6 +4,8 @@
 // ranks 2 and 3's: the rank order of their sum changes bits), written once to a temp directory, and the planted faults, each a StepResult
 // with one kernel bug and its downstream effect (the stages after it recomputed by the
 // reference from the faulty tensor, as the kernel would compute them).
+// K4_DIFF_KEEP=DIR keeps the golden and the dumps the tests write in DIR (for a look with
+// k4 diff / k4 replay by hand).
 #pragma once
 #include <string>
 #include <vector>
@@ -18,7 +20,8 @@ struct DiffWorld {
   LayerWeights w;
   StepInputs in;
   StepResult gold;
-  std::string dir;          // removed at exit
+  std::string dir;          // removed at exit, unless it is $K4_DIFF_KEEP
+  bool keep = false;
   std::string golden_path;  // the golden
   // The tie: token tie_token's picks in slots tie_slot_a < tie_slot_b are experts with
   // equal gate rows and biases (equal scores: the lower id wins the tie).

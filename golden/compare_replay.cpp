@@ -96,7 +96,7 @@ struct Ctx {
   Input output(int r, const std::string& group, const std::string& name) const {
     const TensorSpec& s = spec_of(group, name);
     const std::string p = rank_path(r) + "/" + group + "/" + name;
-    const std::string label = "rank" + std::to_string(r) + " " + group + "/" + name;
+    const std::string label = "rank " + std::to_string(r) + " " + group + "/" + name;
     return resolve(p, {{p, label}}, s.dtype, label);
   }
 };

@@ -57,6 +57,7 @@ int run(const DiffOpt& o) {
       std::fputs(text.c_str(), stdout);
     }
   }
+  std::fflush(stdout);
   if (!o.html.empty()) write_html_report(o.html, rep);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "k4 %s: %s in %.2f s%s%s\n", o.replay ? "replay" : "diff", rc == 0 ? "match" : "mismatch", s,

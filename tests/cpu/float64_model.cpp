@@ -858,10 +858,13 @@ Report check_down(const Config& cfg, const RouteOut& ro, const ExpertSource& src
 Report check_step(const LayerWeights& w, const StepInputs& in, const StepResult& res) {
   const Config& cfg = w.cfg;
   const int S = in.shared.tokens, W = cfg.tp;
-  Report rep;
-  std::vector<const std::vector<uint16_t>*> po, pa, pf, pr;
+  // the ranks' checks are independent (ExpertSource is thread-safe): one thread a rank, the
+  // reports merged in rank order
+  std::vector<Report> per(W);
+#pragma omp parallel for schedule(dynamic)
   for (int r = 0; r < W; ++r) {
     const RankResult& R = res.ranks[r];
+    Report& rep = per[r];
     merge_into(rep, check_index(cfg, in.shared, R.index));
     merge_into(rep, check_split(cfg, in.shared, in.ranks[r], R.index, R.split));
     merge_into(rep, check_merge(cfg, R.split, R.merge, S));
@@ -872,6 +875,12 @@ Report check_step(const LayerWeights& w, const StepInputs& in, const StepResult&
     merge_into(rep, check_up_gate(cfg, R.route, R.router, *w.experts, r, R.moe, S));
     merge_into(rep, check_mid(cfg, R.moe, S));
     merge_into(rep, check_down(cfg, R.route, *w.experts, r, R.moe, S));
+  }
+  Report rep;
+  for (const Report& p : per) merge_into(rep, p);
+  std::vector<const std::vector<uint16_t>*> po, pa, pf, pr;
+  for (int r = 0; r < W; ++r) {
+    const RankResult& R = res.ranks[r];
     po.push_back(&R.oproj.partial), pa.push_back(&R.a), pf.push_back(&R.moe.partial), pr.push_back(&R.ar_out);
   }
   merge_into(rep, check_all_reduce("a", po, pa, true));

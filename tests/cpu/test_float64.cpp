@@ -139,13 +139,14 @@ std::map<std::string, int>& sweep_table() {
 
 TEST_SUITE("float64") {
 
-TEST_CASE("the float64 guard: tiny and small presets, token counts 1..13, contexts 1..9000") {
+TEST_CASE("the float64 guard: tiny and small presets, token counts 1..13, contexts 1..65538") {
   const std::vector<Case> cases = {
       {"tiny", 4, 1, {3000}, 1, 1},
       {"tiny", 4, 1, {129, 0, 2049, 70}, 1, 2},            // a pad row, a partial block
       {"tiny", 2, 1, {9000, 1, 4000, 333, 2048, 7}, 1, 3},  // wide MoE, scored rows
       {"tiny", 2, 1, {600, 601, 40, 41, 5000, 5001, 800, 801, 90, 91, 3000, 3001, 12}, 1, 4},  // AG_RS form
       {"small", 2, 1, {1500, 7000, 256}, 1, 5},
+      {"tiny", 1, 2, {512 * 128 + 1, 512 * 128 + 2}, 2, 6},  // a long request (513 blocks, q_len 2)
   };
   f64::Report total;
   for (const Case& c : cases) {
@@ -201,7 +202,7 @@ TEST_CASE("adversarial inputs: a NaN q8 poisons its token only; NaN bytes past t
 }
 
 const Run& full_run() {
-  static const Run r = run_case({"minimax-m3-tp4", 4, 1, {5000, 0}, 1, 6});
+  static const Run r = run_case({"minimax-m3-tp4", 4, 1, {5000}, 1, 6});  // scored: 40 blocks, a partial tail
   return r;
 }
 

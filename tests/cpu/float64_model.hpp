@@ -14,10 +14,12 @@
 //   split l    p within e^eps - 1 of exp(s - m), eps = ds + dm + |s - m|(2u + e_log2e) + 2u
 //              (exp2 within 1 ulp); 12 adds of positives: 12.01u l.
 //   split o    sharp: the f64 model quantizes P itself (nearest E4M3 of p vs 448/(vmax+1e-8));
-//              a key whose f32 p could round to the neighbouring code adds one quantum |V|;
-//              plus 8.01u sum|P V| (8 wave blocks), the l error, 3u, and bf16's half ulp
-//              2^-8 |o|. loose: against exact softmax attention sum p vs V / l, each P8 within
-//              max(2^-4 x, 2^-10) (E4M3's half ulp, normal / subnormal), plus the above.
+//              a key whose f32 p could round to the neighbouring code (x within its f32
+//              error of a midpoint) adds that code step times |V|; plus 8.01u sum|P V| (8
+//              wave blocks), the l error, 4u + e_1/448 (pscale, 1/l, 2 products), and bf16's
+//              half ulp 2^-8 |o|. loose: against exact softmax attention sum p vs V / l, each
+//              P8 within max(2^-4 x, 2^-10) (E4M3's half ulp, normal / subnormal), plus the
+//              1e-8 / vmax bias of fscale and the terms above.
 //   merge a    sl_i within |m_i - gm|(2u + e_log2e) + 4u; gs 7 adds; w 1 division; 9 rounded
 //              products / adds; bf16 half ulp.
 //   attn8      the nearest E4M3 of a / x_scale up to the 2u of rcp and the product (exact
@@ -25,6 +27,8 @@
 //   o_proj     exact double dot (E4M3 x E4M3 products sum exactly in 53 bits); the model's
 //              (16 + 5) roundings of u over sum|w x|, 2 products, bf16 half ulp.
 //   all-reduce W adds of u over sum|p|, bf16 half ulp; W = 1 without the 0 start: identity.
+//              Where sum|p| reaches f32's range an Inf (or Inf - Inf) result is IEEE's and
+//              counted as skipped, not compared.
 //   h_mid      one add, bf16 half ulp.
 //   rstd       0.5 (re + 13 + 4)u relative (fma chain, 6-level tree, 7 wave adds, v, /, +eps),
 //              rsq 2u.
@@ -37,8 +41,9 @@
 //              first; weights 6u relative.
 //   gate / up  exact double from decoded MXFP4 x MXFP8 (E2M1 x E4M3 x 2^k is exact); the
 //              model's (1 + blocks a wave + 8) roundings of u over sum|w x|.
-//   mid        swiglu in double from the model's g, u: the f32 steps' 6u + (1 - s)|x| 5u,
-//              bf16 half ulp.
+//   mid        swiglu in double from the model's g, u: the f32 steps' (1 - s)(|x|(2u +
+//              e_1.702 + e_log2e) + 2u) + 5u relative, |g'(u' + 1)| 2^-126 absolute where the
+//              sigmoid underflows (e^-x past f32's range), bf16 half ulp.
 //   down       exact double of sum_slot w sum mid8 x w2; (4 + 1 + chain + 8) roundings of u
 //              over sum|terms|, bf16 half ulp.
 //   ar_out     as all-reduce.
@@ -130,7 +135,7 @@ Report check_mxfp8(const std::string& name, const std::vector<uint16_t>& vals, c
 // Swiglu in double (NaN / Inf as the seed's formula gives them).
 double swiglu(double g, double u, double limit);
 
-// Every stage of every rank of a run.
+// Every stage of every rank of a run (ranks checked in parallel, reports merged in rank order).
 Report check_step(const LayerWeights& w, const StepInputs& in, const StepResult& res);
 
 // ---- test support shared by the stage / property / float64 / model tests -----------------

@@ -199,12 +199,27 @@ std::vector<ReplayStep> replay_split(const Ctx& c, int r, size_t ml) {
                      st.index.blocks = in_vec<int32_t>(x, "blocks");
                      st.index.n_ctx = in_vec<int32_t>(x, "n_ctx");
                      st.index.long_row = in_vec<uint8_t>(x, "long_row");
-                     // the sparse table names pages: check them before the reference reads them
+                     // the sparse table names pages: check them before the reference reads them, and
+                     // (selected KV form) that the golden stores the ones holding keys below n_ctx
                      const int W = c.cfg.sparse_table_words();
-                     for (size_t i = 0; i < st.index.sparse_table.size(); ++i)
-                       if (i % W != size_t(W - 1) && (st.index.sparse_table[i] < 0 || st.index.sparse_table[i] >= st.rank.n_pages))
+                     std::vector<int32_t> stored;
+                     const std::string ids = rank_path(r) + "/split/inputs/page_ids";
+                     if (c.g.has_dataset(ids)) {
+                       stored = typed<int32_t>(c.golden(ids, DType::I32));
+                       std::sort(stored.begin(), stored.end());
+                     }
+                     for (size_t i = 0; i < st.index.sparse_table.size(); ++i) {
+                       const size_t k = i / W, w = i % W;
+                       const int32_t pg = st.index.sparse_table[i];
+                       if (w == size_t(W - 1)) continue;
+                       if (pg < 0 || pg >= st.rank.n_pages)
                          throw std::invalid_argument("the dump's sparse_table word " + std::to_string(i) + " = " +
-                                                     std::to_string(st.index.sparse_table[i]) + " is not a page of the cache");
+                                                     std::to_string(pg) + " is not a page of the cache");
+                       const bool used = int64_t(w) * c.cfg.page < st.index.n_ctx[k];
+                       if (used && c.g.has_dataset(ids) && !std::binary_search(stored.begin(), stored.end(), pg))
+                         throw std::invalid_argument("the dump's sparse table reads page " + std::to_string(pg) +
+                                                     ", which the golden (selected KV form) does not store");
+                     }
                      SplitOut o;
                      split_attention(o, st.shared, st.rank, st.index, c.cfg);
                      return std::map<std::string, RawTensor>{{"q8", out_tensor(DType::E4M3, o.q8)},

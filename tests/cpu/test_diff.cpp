@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 
 #include "golden/compare.hpp"
@@ -197,6 +198,33 @@ TEST_CASE("partial dumps: missing ranks, stages and tensors are reported, the re
   const DiffReport ok = diff_files(W.golden_path, clean, {});
   CHECK(ok.exit_code() == 0);
   CHECK(ok.exit_code(true) == 1);
+}
+
+TEST_CASE("replay says what it cannot replay: a page the golden (selected KV form) does not store") {
+  const DiffWorld& W = test::diff_world();
+  golden::GoldenMeta meta;
+  meta.kv_form = "selected";
+  golden::WriteOptions wo;
+  wo.overwrite = true;
+  const std::string sel_golden = W.path("golden_selected.h5");
+  write_golden(sel_golden, W.w, W.in, W.gold, meta, wo);
+  // a page no sparse table names: not stored in the selected form
+  std::set<int32_t> named(W.gold.ranks[0].index.sparse_table.begin(), W.gold.ranks[0].index.sparse_table.end());
+  int32_t unstored = 0;
+  while (named.count(unstored)) ++unstored;
+  REQUIRE(unstored < W.in.ranks[0].n_pages);
+  StepResult bad = W.gold;
+  bad.ranks[0].index.sparse_table[0] = unstored;  // token 0, slot 0, page 0: keys 0..15, read
+  const std::string dump = W.path("unstored_page.h5");
+  write_dump(dump, W.cfg, W.in.shared.tokens, bad, {{0}, {"index", "split"}, {}}, true);
+  DiffOptions opt;
+  opt.replay = true;
+  const DiffReport rep = diff_files(sel_golden, dump, opt);
+  CHECK(rep.first.stage == "index");
+  CHECK(stage_of(rep, "index", 0).replay.verdict == Verdict::Own);
+  const StageDiff& sp = stage_of(rep, "split", 0);
+  CHECK(sp.replay.verdict == Verdict::NotReplayed);
+  CHECK(sp.replay.text.find("does not store") != std::string::npos);
 }
 
 TEST_CASE("shape and dtype that differ are said, not compared, and fail the diff") {

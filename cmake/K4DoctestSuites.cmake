@@ -12,7 +12,7 @@
 if(NOT EXISTS "${K4_DT_EXE}")
   # Not built: one entry that fails and says so.
   add_test("${K4_DT_NAME}" "${K4_DT_EXE}")
-  set_tests_properties("${K4_DT_NAME}" PROPERTIES LABELS "${K4_DT_LABELS}")
+  set_tests_properties("${K4_DT_NAME}" PROPERTIES LABELS "${K4_DT_LABELS}" ENVIRONMENT "OMP_WAIT_POLICY=passive")
   return()
 endif()
 
@@ -26,7 +26,7 @@ execute_process(
 if(NOT _k4_rc EQUAL 0)
   # The binary cannot even list its suites: run it whole, so that the failure is shown.
   add_test("${K4_DT_NAME}" "${K4_DT_EXE}")
-  set_tests_properties("${K4_DT_NAME}" PROPERTIES LABELS "${K4_DT_LABELS}" WORKING_DIRECTORY "${K4_DT_WORKDIR}")
+  set_tests_properties("${K4_DT_NAME}" PROPERTIES LABELS "${K4_DT_LABELS}" WORKING_DIRECTORY "${K4_DT_WORKDIR}" ENVIRONMENT "OMP_WAIT_POLICY=passive")
   return()
 endif()
 
@@ -49,7 +49,7 @@ foreach(_k4_suite IN LISTS _k4_suites)
     list(APPEND _k4_labels fast)
   endif()
   add_test("${_k4_test}" "${K4_DT_EXE}" "--test-suite=${_k4_suite}" --no-colors=true)
-  set_tests_properties("${_k4_test}" PROPERTIES LABELS "${_k4_labels}" WORKING_DIRECTORY "${K4_DT_WORKDIR}")
+  set_tests_properties("${_k4_test}" PROPERTIES LABELS "${_k4_labels}" WORKING_DIRECTORY "${K4_DT_WORKDIR}" ENVIRONMENT "OMP_WAIT_POLICY=passive")
 endforeach()
 
 # The test cases in no suite: exclude every named suite; registered only if there are any.
@@ -70,5 +70,5 @@ endif()
 if(NOT _k4_loose EQUAL 0)
   set(_k4_test "${K4_DT_NAME}/(no suite)")
   add_test("${_k4_test}" "${K4_DT_EXE}" ${_k4_exclude} --no-colors=true)
-  set_tests_properties("${_k4_test}" PROPERTIES LABELS "${K4_DT_LABELS};fast" WORKING_DIRECTORY "${K4_DT_WORKDIR}")
+  set_tests_properties("${_k4_test}" PROPERTIES LABELS "${K4_DT_LABELS};fast" WORKING_DIRECTORY "${K4_DT_WORKDIR}" ENVIRONMENT "OMP_WAIT_POLICY=passive")
 endif()

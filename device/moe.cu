@@ -19,6 +19,7 @@
 // rank: the expert's rows read once for all its tokens, 4 tokens at a time; blocks of experts
 // no token uses return at once); down (one block a 32-row task and rank, thread (row, quarter,
 // token group)).
+#include <algorithm>
 #include <climits>
 
 #include "device/stages.hpp"
@@ -106,13 +107,43 @@ struct RouteBody {
 constexpr int kUgRows = 32;    // mid rows a block: one MXFP8 32-block of every slot
 constexpr int kUgBatch = 4;    // tokens (uses) a pass
 
+// Each rank's distinct experts (any slot, clamped as the loads clamp them) in id order, the
+// count last: the up/gate grid's x is an index into this list (work distribution only).
+struct ExpertListBody {
+  UpGateArgs a;
+  template <class Ctx>
+  K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
+    const DevCfg& cfg = a.cfg;
+    const int r = c.by, S = a.tokens, SL = cfg.moe_slots;
+    SmemCarver cv{smem};
+    int32_t* ids = cv.take<int32_t>(kMaxTokens * kMaxSlots);
+    uint8_t* used = cv.take<uint8_t>(cfg.n_experts);
+    c.each(S * SL, [&](int i) { ids[i] = a.ids[size_t(r) * S * SL + i]; });
+    c.each(cfg.n_experts, [&](int e) {
+      bool u = false;
+      for (int ks = 0; ks < S * SL; ++ks) u |= slot_expert(ids + (ks / SL) * SL, ks % SL, cfg) == e;
+      used[e] = u ? 1 : 0;
+    });
+    c.one([&] {
+      int32_t* list = a.ulist + size_t(r) * (cfg.n_experts + 1);
+      int n = 0;
+      for (int e = 0; e < cfg.n_experts; ++e)
+        if (used[e]) list[n++] = e;
+      list[cfg.n_experts] = n;
+    });
+  }
+};
+
 struct UpGateBody {
   UpGateArgs a;
   template <class Ctx>
   K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
     const DevCfg& cfg = a.cfg;
-    const int e = c.bx, rg = c.by, r = c.bz, S = a.tokens, HID = cfg.hidden, I = cfg.inter, SL = cfg.moe_slots;
+    const int rg = c.by, r = c.bz, S = a.tokens, HID = cfg.hidden, I = cfg.inter, SL = cfg.moe_slots;
     const int KB = HID / kBlockK, wave_blocks = KB / cfg.waves;
+    const int32_t* list = a.ulist + size_t(r) * (cfg.n_experts + 1);
+    if (c.bx >= list[cfg.n_experts]) return;  // uniform: fewer distinct experts on this rank
+    const int e = list[c.bx];
     SmemCarver cv{smem};
     int32_t* uses = cv.take<int32_t>(kMaxTokens * kMaxSlots + 1);  // (token, slot) pairs, count last
     uint8_t* x8 = cv.take<uint8_t>(size_t(kUgBatch) * HID);         // the pass's tokens' xn8
@@ -120,12 +151,12 @@ struct UpGateBody {
     float* chains = cv.take<float>(kUgBatch * kUgRows * 2 * cfg.waves);
     float* midv = cv.take<float>(kUgBatch * kUgRows);
     int32_t* dec = cv.take<int32_t>(256);
-    const int32_t* ids = a.ids + size_t(r) * S * SL;
-    c.each(257, [&](int i) {
-      if (i < 256) {
-        dec[i] = e4m3_to_int_x512(uint8_t(i));
-        return;
-      }
+    int32_t* ids = cv.take<int32_t>(kMaxTokens * kMaxSlots);
+    c.each(256 + S * SL, [&](int i) {
+      if (i < 256) dec[i] = e4m3_to_int_x512(uint8_t(i));
+      else ids[i - 256] = a.ids[size_t(r) * S * SL + i - 256];
+    });
+    c.one([&] {
       int n = 0;  // the (token, slot) pairs this expert serves, token-major
       for (int k = 0; k < S; ++k)
         for (int s = 0; s < SL; ++s)
@@ -133,7 +164,6 @@ struct UpGateBody {
       uses[kMaxTokens * kMaxSlots] = n;
     });
     const int n_use = uses[kMaxTokens * kMaxSlots];
-    if (n_use == 0) return;  // uniform: no token routed here
     const size_t ex = size_t(r) * cfg.n_experts + e;
     const uint8_t* w13 = a.ex.w13[ex];
     const uint8_t* s13 = a.ex.s13[ex];
@@ -225,30 +255,35 @@ struct DownBody {
     const int task = c.bx, r = c.by, S = a.tokens, HID = cfg.hidden, I = cfg.inter, SL = cfg.moe_slots;
     const int KC = I / 128, IB = I / kBlockK, top_k = cfg.top_k, shared = cfg.n_routed;
     const bool wide = S >= cfg.wide_from;
+    const int u_max = top_k * S + 1;
     SmemCarver cv{smem};
     float* part = cv.take<float>(size_t(S) * kDnRows * kQuarters * 2);  // (S, 32, 4) routed, then shared
     int32_t* uexp = cv.take<int32_t>(kMaxTokens * 4 + 2);               // wide: distinct experts, count last
     int32_t* slot_for = cv.take<int32_t>(size_t(kMaxTokens) * (kMaxTokens * 4 + 1));  // (S, u) -> slot or -1
     int32_t* dec = cv.take<int32_t>(256);
     uint8_t* used_e = cv.take<uint8_t>(cfg.n_experts);
-    const int32_t* ids = a.ids + size_t(r) * S * SL;
-    const float* wts = a.weights + size_t(r) * S * SL;
+    int32_t* ids = cv.take<int32_t>(kMaxTokens * kMaxSlots);
+    float* wts = cv.take<float>(kMaxTokens * kMaxSlots);
+    uint8_t* znan = cv.take<uint8_t>(size_t(u_max) * kDnRows * KC);  // wide: (u, row, chunk) zero-row unit is NaN
     const uint8_t* mid8 = a.mid8 + size_t(r) * S * SL * I;
     const uint8_t* midsc = a.midsc + size_t(r) * S * SL * IB;
-    const int u_max = top_k * S + 1;
-    // wide: the distinct routed experts in id order, the shared one last (seed build_experts)
-    c.each(256 + (wide ? cfg.n_experts : 0), [&](int i) {
+    c.each(256 + S * SL, [&](int i) {
       if (i < 256) {
         dec[i] = e4m3_to_int_x512(uint8_t(i));
-        return;
+      } else {
+        ids[i - 256] = a.ids[size_t(r) * S * SL + i - 256];
+        wts[i - 256] = a.weights[size_t(r) * S * SL + i - 256];
       }
-      const int e = i - 256;
-      bool used = false;
-      for (int k = 0; k < S && !used; ++k)
-        for (int s = 0; s < SL; ++s) used |= slot_expert(ids + size_t(k) * SL, s, cfg) == e;
-      used_e[e] = used && e != shared ? 1 : 0;
     });
+    auto w2_row = [&](int e, int row) { return a.ex.w2[size_t(r) * cfg.n_experts + e] + size_t(row) * (I / 2); };
+    auto s2_row = [&](int e, int row) { return a.ex.s2[size_t(r) * cfg.n_experts + e] + size_t(row) * IB; };
     if (wide) {
+      // the distinct routed experts in id order, the shared one last (seed build_experts)
+      c.each(cfg.n_experts, [&](int e) {
+        bool used = false;
+        for (int ks = 0; ks < S * SL; ++ks) used |= slot_expert(ids + (ks / SL) * SL, ks % SL, cfg) == e;
+        used_e[e] = used && e != shared ? 1 : 0;
+      });
       c.one([&] {
         int nu = 0;
         for (int e = 0; e < cfg.n_experts; ++e)
@@ -257,20 +292,24 @@ struct DownBody {
         uexp[kMaxTokens * 4 + 1] = nu;
       });
       const int nu = uexp[kMaxTokens * 4 + 1];
-      c.each(S * (nu + 1), [&](int i) {
-        const int k = i / (nu + 1), u = i % (nu + 1), e = uexp[u];
-        int slot = -1;  // the token's slot routed to e (seed slot_of / down_tables), or the zero row
-        for (int s = 0; s < SL; ++s)
-          if (slot_expert(ids + size_t(k) * SL, s, cfg) == e && (s == top_k) == (e == shared)) slot = s;
-        slot_for[k * u_max + u] = slot;
+      // token k's slot routed to distinct expert u (seed slot_of / down_tables), or -1: the
+      // zero mid row, whose unit is +0 unless a weight scale is NaN -- the same for every
+      // such token, so computed once a (u, row, chunk) here
+      c.each(S * (nu + 1) + (nu + 1) * kDnRows * KC, [&](int i) {
+        if (i < S * (nu + 1)) {
+          const int k = i / (nu + 1), u = i % (nu + 1), e = uexp[u];
+          int slot = -1;
+          for (int s = 0; s < SL; ++s)
+            if (slot_expert(ids + size_t(k) * SL, s, cfg) == e && (s == top_k) == (e == shared)) slot = s;
+          slot_for[k * u_max + u] = slot;
+          return;
+        }
+        const int j = i - S * (nu + 1), u = j / (kDnRows * KC), rr = (j / KC) % kDnRows, kc = j % KC;
+        const int e = uexp[u] < cfg.n_experts - 1 ? uexp[u] : cfg.n_experts - 1, row = task * kDnRows + rr;
+        const float z = down_unit(w2_row(e, row), s2_row(e, row), kc, nullptr, nullptr, dec) * 0.0f;
+        znan[j] = is_nan(z) ? 1 : 0;
       });
     }
-    auto w2_row = [&](int e, int row) {
-      return a.ex.w2[size_t(r) * cfg.n_experts + e] + size_t(row) * (I / 2);
-    };
-    auto s2_row = [&](int e, int row) {
-      return a.ex.s2[size_t(r) * cfg.n_experts + e] + size_t(row) * IB;
-    };
     c.each(kDnRows * kQuarters * kTokenGroups, [&](int i) {
       const int rr = i % kDnRows, q = (i / kDnRows) % kQuarters, kg = i / (kDnRows * kQuarters);
       const int row = task * kDnRows + rr;
@@ -287,7 +326,7 @@ struct DownBody {
           float acc = 0.0f;
           for (int it = 0; it < dn_upw; ++it) {  // units j = q + 4 it: slot j / KC, chunk j % KC
             const int j = q + 4 * it, jj = j < dn_units - 1 ? j : dn_units - 1;
-            const float wgt = j < dn_units ? wts[size_t(k) * SL + jj / KC] : 0.0f;
+            const float wgt = j < dn_units ? wts[k * SL + jj / KC] : 0.0f;
             acc = acc + unit(jj / KC, jj % KC) * wgt;
           }
           float sh = 0.0f;
@@ -306,13 +345,9 @@ struct DownBody {
             float term = 0.0f;
             if (j < n_units) {
               const int du = j / KC < u_max - 1 ? j / KC : u_max - 1, dkc = j % KC;
-              const int e = uexp[du] < cfg.n_experts - 1 ? uexp[du] : cfg.n_experts - 1;
               const int slot = slot_for[k * u_max + du];
-              if (slot >= 0) {
-                term = unit(slot, dkc) * wts[size_t(k) * SL + slot];
-              } else {  // the zero mid row, weight 0
-                term = down_unit(w2_row(e, row), s2_row(e, row), dkc, nullptr, nullptr, dec) * 0.0f;
-              }
+              if (slot >= 0) term = unit(slot, dkc) * wts[k * SL + slot];
+              else term = znan[(du * kDnRows + rr) * KC + dkc] ? f32_from_bits(kCanonicalNan) : 0.0f;  // zero row x 0
             }
             acc = acc + term;
           }
@@ -348,6 +383,8 @@ void launch_experts_up_gate(const UpGateArgs& a, hipStream_t s) {
       cfg.moe_slots > kMaxSlots || 2 * kUgRows * cfg.waves != 512)
     throw std::invalid_argument("up/gate kernel: needs inter % 32 == 0, hidden / 32 % waves == 0, S <= 16");
   const size_t KB = size_t(cfg.hidden) / kBlockK;
+  const size_t list_smem = SmemSize().add<int32_t>(kMaxTokens * kMaxSlots).add<uint8_t>(cfg.n_experts).used;
+  launch(ExpertListBody{a}, Grid{1, a.ranks, 1}, 256, list_smem, s);
   const size_t smem = SmemSize()
                           .add<int32_t>(kMaxTokens * kMaxSlots + 1)
                           .add<uint8_t>(kUgBatch * size_t(cfg.hidden))
@@ -355,8 +392,11 @@ void launch_experts_up_gate(const UpGateArgs& a, hipStream_t s) {
                           .add<float>(size_t(kUgBatch) * kUgRows * 2 * cfg.waves)
                           .add<float>(kUgBatch * kUgRows)
                           .add<int32_t>(256)
+                          .add<int32_t>(kMaxTokens * kMaxSlots)
                           .used;
-  launch(UpGateBody{a}, Grid{cfg.n_experts, cfg.inter / kUgRows, a.ranks}, 2 * kUgRows * cfg.waves, smem, s);
+  // at most top_k * S + 1 distinct experts a rank: blocks past a rank's count return at once
+  const int max_experts = std::min(cfg.n_experts, cfg.top_k * a.tokens + 1);
+  launch(UpGateBody{a}, Grid{max_experts, cfg.inter / kUgRows, a.ranks}, 2 * kUgRows * cfg.waves, smem, s);
 }
 
 void launch_experts_down(const DownArgs& a, hipStream_t s) {
@@ -369,6 +409,9 @@ void launch_experts_down(const DownArgs& a, hipStream_t s) {
                           .add<int32_t>(size_t(kMaxTokens) * (kMaxTokens * 4 + 1))
                           .add<int32_t>(256)
                           .add<uint8_t>(cfg.n_experts)
+                          .add<int32_t>(kMaxTokens * kMaxSlots)
+                          .add<float>(kMaxTokens * kMaxSlots)
+                          .add<uint8_t>(size_t(cfg.top_k * a.tokens + 1) * kDnRows * (cfg.inter / 128))
                           .used;
   launch(DownBody{a}, Grid{cfg.hidden / kDnRows, a.ranks, 1}, kDnRows * kQuarters * kTokenGroups, smem, s);
 }

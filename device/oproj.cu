@@ -36,7 +36,8 @@ struct OprojBody {
       else dec[i - S * OK / 16] = e4m3_to_int_x512(uint8_t(i - S * OK / 16));
     });
     const uint8_t* w_rank = a.w_o + size_t(r) * HID * OK;
-    c.each(kRows * kQuarters * kTokenGroups, [&](int i) {
+    const int groups = S < kTokenGroups ? S : kTokenGroups;  // token k on group k % groups
+    c.each(kRows * kQuarters * groups, [&](int i) {
       const int rr = i % kRows, q = (i / kRows) % kQuarters, kg = i / (kRows * kQuarters);
       const uint8_t* wrow = w_rank + size_t(task * kRows + rr) * OK + q * quarter;
       float acc[kMaxTokens / kTokenGroups];
@@ -50,7 +51,7 @@ struct OprojBody {
           wnan |= e4m3_is_nan(w0.b[e]) || e4m3_is_nan(w1.b[e]);
         }
         for (int j = 0; j < kMaxTokens / kTokenGroups; ++j) {
-          const int k = kg + kTokenGroups * j;
+          const int k = kg + groups * j;
           if (k >= S) break;
           const uint8_t* xb = x8 + size_t(k) * OK + q * quarter + b * kBlockK;
           int32_t xi[kBlockK];
@@ -60,7 +61,7 @@ struct OprojBody {
         }
       }
       for (int j = 0; j < kMaxTokens / kTokenGroups; ++j) {
-        const int k = kg + kTokenGroups * j;
+        const int k = kg + groups * j;
         if (k < S) part[(size_t(k) * kRows + rr) * kQuarters + q] = acc[j];
       }
     });
@@ -87,7 +88,8 @@ void launch_o_proj_partials(const OprojArgs& a, hipStream_t s) {
                           .add<float>(size_t(a.tokens) * kRows * kQuarters)
                           .add<int32_t>(256)
                           .used;
-  launch(OprojBody{a}, Grid{cfg.hidden / kRows, a.ranks, 1}, kRows * kQuarters * kTokenGroups, smem, s);
+  const int groups = a.tokens < kTokenGroups ? a.tokens : kTokenGroups;
+  launch(OprojBody{a}, Grid{cfg.hidden / kRows, a.ranks, 1}, kRows * kQuarters * groups, smem, s);
 }
 
 }  // namespace k4::gpu

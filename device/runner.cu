@@ -133,7 +133,7 @@ struct Runner::Impl {
   DeviceBuffer<uint8_t> long_row, q8, attn8, xn8, xsc, mid8, midsc;
   DeviceBuffer<uint16_t> o, attn, partial, recv_attn, a, h_mid, xn, mid, ffn_partial, recv_ffn, ar_out;
   DeviceBuffer<float> m, l, x_scale, rstd, logit, sig, weights, gate, up;
-  DeviceBuffer<int32_t> key, ids;
+  DeviceBuffer<int32_t> key, ids, ulist;
 
   explicit Impl(const LayerWeights& w) : cfg(w.cfg), dc(dev_cfg(w.cfg)), W(w.cfg.tp), src(w.experts) {
     cfg.validate();
@@ -197,7 +197,7 @@ struct Runner::Impl {
     xn.resize(WS * H), xn8.resize(WS * H), xsc.resize(WS * H / 32), rstd.resize(WS);
     logit.resize(WS * E), sig.resize(WS * E), key.resize(WS * E), ids.resize(WS * SL), weights.resize(WS * SL);
     mid.resize(WS * SL * I), gate.resize(WS * SL * I), up.resize(WS * SL * I), mid8.resize(WS * SL * I);
-    midsc.resize(WS * SL * I / 32);
+    midsc.resize(WS * SL * I / 32), ulist.resize(size_t(W) * (cfg.n_experts() + 1));
     ffn_partial.resize(WS * H), recv_ffn.resize(size_t(W) * WS * H), ar_out.resize(WS * H);
     n_ctx_host.clear();
   }
@@ -236,8 +236,8 @@ struct Runner::Impl {
     ex.ensure(*src, cfg, src_rank, download(ids, size_t(W) * S * cfg.moe_slots()), S);
   }
   void stage_up_gate() {
-    launch_experts_up_gate(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ids.get(), xn8.get(),
-                                      xsc.get(), ex.table(), S, W, dc},
+    launch_experts_up_gate(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ulist.get(), ids.get(),
+                                      xn8.get(), xsc.get(), ex.table(), S, W, dc},
                            0);
   }
   void stage_down() {
@@ -444,7 +444,7 @@ void select_blocks(IndexOut& out, const StepShared& in, const Config& cfg) {
                                  sc.get(), S, in.q_len, in.bt_width, in.score_width, 1, dc},
                        0);
   sync();
-  out.sparse_table = download(table, table.size() ? size_t(S) * dc.table_words : 0);
+  out.sparse_table = download(table, size_t(S) * dc.table_words);
   out.blocks = download(blocks, size_t(S) * dc.topk_blocks);
   out.n_ctx = download(n_ctx, S);
   out.long_row = download(long_row, S);
@@ -581,8 +581,9 @@ void experts_up_gate(MoeOut& out, const RouteOut& route, const RouterOut& r, con
   DeviceBuffer<uint16_t> mid(n);
   DeviceBuffer<float> gate(n), up(n);
   DeviceBuffer<uint8_t> mid8(n), midsc(n / 32);
-  launch_experts_up_gate(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ids.get(), xn8.get(),
-                                    xsc.get(), ex.table(), tokens, 1, dc},
+  DeviceBuffer<int32_t> ulist(dc.n_experts + 1);
+  launch_experts_up_gate(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ulist.get(), ids.get(),
+                                    xn8.get(), xsc.get(), ex.table(), tokens, 1, dc},
                          0);
   sync();
   out.mid = download(mid, n), out.gate = download(gate, n), out.up = download(up, n);

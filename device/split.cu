@@ -53,7 +53,8 @@ struct Smem {
   uint8_t* pnan;     // (16, 8)
   float* mx;         // (16)
   float* ls;         // (8, 16)
-  float* misc;       // vmax, fscale, pscale
+  float* misc;       // vmax, fscale, pscale, -, the 8 waves' v_scale maxima
+  float* vs;         // (256) v_scale of the valid keys, 0 past n_ctx
   int32_t* pages;    // (16) + n_ctx
 };
 
@@ -69,7 +70,8 @@ K4_BODY Smem carve(C& cv) {
   s.pnan = cv.template take<uint8_t>(kHeads * kWaves);
   s.mx = cv.template take<float>(kHeads);
   s.ls = cv.template take<float>(kWaves * kHeads);
-  s.misc = cv.template take<float>(4);
+  s.misc = cv.template take<float>(4 + kWaves);
+  s.vs = cv.template take<float>(kSplitKeys);
   s.pages = cv.template take<int32_t>(kSplitKeys / kPage + 1);
   return s;
 }
@@ -102,7 +104,12 @@ struct SplitBody {
     auto valid = [&](int kp) { return t * kSplitKeys + kp < n_ctx; };
     auto kscale = [&](int kp) { return cfg.static_kv_scale ? ksc[0] : ksc[size_t(m.pages[kp / kPage]) * kPage + kp % kPage]; };
     auto vscale = [&](int kp) { return cfg.static_kv_scale ? vsc[0] : vsc[size_t(m.pages[kp / kPage]) * kPage + kp % kPage]; };
-    c.each(kHeads * kChunks, [&](int i) {
+    c.each(kHeads * kChunks + kSplitKeys, [&](int i) {
+      if (i >= kHeads * kChunks) {
+        const int kp = i - kHeads * kChunks;
+        m.vs[kp] = valid(kp) ? vscale(kp) : 0.0f;
+        return;
+      }
       bool nan = false;
       for (int j = 0; j < kBlockK; ++j) nan |= e4m3_is_nan(m.q8[i * kBlockK + j]);
       m.qnan[i] = nan ? 1 : 0;
@@ -134,29 +141,34 @@ struct SplitBody {
       for (int h = 0; h < 8; ++h) m.sc[(hg * 8 + h) * kSplitKeys + kp] = ok ? qk * acc[h] : kNegScore;
     });
 
-    // maxima (seed:L769-L792): head max per wave (16-lane tree), waves in order; v_scale max
+    // maxima (seed:L769-L792): head max per wave (16-lane tree) and v_scale max per wave
+    // (64-lane tree), then the waves in order
+    float* mh = m.ls;  // (16, 8) per-wave head maxima; ls is written only later
+    c.each(kHeads * kWaves + kWaves, [&](int i) {
+      if (i < kHeads * kWaves) {
+        const int h = i / kWaves, w = i % kWaves;
+        float v16[16];
+        for (int l16 = 0; l16 < 16; ++l16)
+          v16[l16] = fmax_ieee(m.sc[h * kSplitKeys + w * kWaveKeys + l16], m.sc[h * kSplitKeys + w * kWaveKeys + kPage + l16]);
+        mh[i] = group_reduce(v16, 16, MaxF32{});
+      } else {
+        const int w = i - kHeads * kWaves;
+        float vloc[kWaveLanes];
+        for (int lane = 0; lane < kWaveLanes; ++lane) {
+          const int l16 = lane % 16, k0 = w * kWaveKeys + l16, k1 = k0 + kPage;
+          vloc[lane] = fmax_ieee(m.vs[k0], m.vs[k1]);  // valid ? v_scale : 0
+        }
+        m.misc[4 + w] = wave_max(vloc);
+      }
+    });
     c.each(kHeads + 1, [&](int h) {
       if (h < kHeads) {
-        float mx = 0.0f;
-        for (int w = 0; w < kWaves; ++w) {
-          float v16[16];
-          for (int l16 = 0; l16 < 16; ++l16)
-            v16[l16] = fmax_ieee(m.sc[h * kSplitKeys + w * kWaveKeys + l16], m.sc[h * kSplitKeys + w * kWaveKeys + kPage + l16]);
-          const float mh = group_reduce(v16, 16, MaxF32{});
-          mx = w == 0 ? mh : fmax_ieee(mx, mh);
-        }
+        float mx = mh[h * kWaves];
+        for (int w = 1; w < kWaves; ++w) mx = fmax_ieee(mx, mh[h * kWaves + w]);
         m.mx[h] = mx;
       } else {
-        float vmax = 0.0f;
-        for (int w = 0; w < kWaves; ++w) {
-          float vloc[kWaveLanes];
-          for (int lane = 0; lane < kWaveLanes; ++lane) {
-            const int l16 = lane % 16, k0 = w * kWaveKeys + l16, k1 = k0 + kPage;
-            vloc[lane] = fmax_ieee(valid(k0) ? vscale(k0) : 0.0f, valid(k1) ? vscale(k1) : 0.0f);
-          }
-          const float vw = wave_max(vloc);
-          vmax = w == 0 ? vw : fmax_ieee(vmax, vw);
-        }
+        float vmax = m.misc[4];
+        for (int w = 1; w < kWaves; ++w) vmax = fmax_ieee(vmax, m.misc[4 + w]);
         m.misc[0] = vmax;
         m.misc[1] = kFp8Max * rcp_approx(vmax + 1e-8f);  // fscale
         m.misc[2] = vmax * kInvFp8Max;                   // pscale
@@ -173,7 +185,7 @@ struct SplitBody {
         const int kp = w * kWaveKeys + j * kPage + l16;
         const float pj = exp2_approx((m.sc[h * kSplitKeys + kp] - m.mx[h]) * kLog2e);
         acc = acc + pj;
-        const uint8_t b = e4m3_bits(((valid(kp) ? vscale(kp) : 0.0f) * fscale) * pj, Fp8Overflow::NoSaturate);
+        const uint8_t b = e4m3_bits((m.vs[kp] * fscale) * pj, Fp8Overflow::NoSaturate);
         m.p8[h * kSplitKeys + kp] = b;
         m.p_int[h * kSplitKeys + kp] = e4m3_to_int_x512(b);
       }
@@ -237,7 +249,7 @@ void launch_split_attention(const SplitArgs& a, hipStream_t s) {
   SmemSize sz;
   sz.add<float>(kHeads * kSplitKeys).add<int32_t>(kHeads * kSplitKeys).add<int32_t>(kHeads * kHeadDim);
   sz.add<uint8_t>(kHeads * kHeadDim).add<uint8_t>(kHeads * kSplitKeys).add<uint8_t>(kHeads * kChunks);
-  sz.add<uint8_t>(kHeads * kWaves).add<float>(kHeads).add<float>(kWaves * kHeads).add<float>(4);
+  sz.add<uint8_t>(kHeads * kWaves).add<float>(kHeads).add<float>(kWaves * kHeads).add<float>(4 + kWaves).add<float>(kSplitKeys);
   sz.add<int32_t>(kSplitKeys / kPage + 1);
   launch(SplitBody{a}, Grid{a.tokens * cfg.n_split, a.ranks, 1}, 512, sz.used, s);
 }

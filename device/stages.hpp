@@ -129,6 +129,7 @@ struct UpGateArgs {
   float* up;                   // (W, S, 5, inter)
   uint8_t* mid8;               // (W, S, 5, inter) E4M3
   uint8_t* midsc;              // (W, S, 5, inter / 32) E8M0
+  int32_t* ulist;              // (W, n_experts + 1) scratch: each rank's distinct experts, count last
   const int32_t* ids;          // (W, S, 5)
   const uint8_t* xn8;          // (W, S, hidden)
   const uint8_t* xsc;          // (W, S, hidden / 32)

@@ -40,7 +40,7 @@ K4_HD float block_dot_e4m3(const uint8_t* a, const uint8_t* b) {
   int64_t s = 0;
   bool nan = false;
   for (int i = 0; i < kBlockK; ++i) {
-    nan |= e4m3_is_nan(a[i]) | e4m3_is_nan(b[i]);
+    nan = nan || e4m3_is_nan(a[i]) || e4m3_is_nan(b[i]);
     s += int64_t(e4m3_to_int_x512(a[i])) * int64_t(e4m3_to_int_x512(b[i]));
   }
   return nan ? f32_from_bits(kCanonicalNan) : round_block_sum(s, 18);
@@ -52,7 +52,7 @@ K4_HD float block_dot_e2m1_e4m3(const uint8_t* w16, const uint8_t* x) {
   bool nan = false;
   for (int i = 0; i < kBlockK; ++i) {
     const uint8_t nib = (i & 1) ? fp4_hi(w16[i / 2]) : fp4_lo(w16[i / 2]);
-    nan |= e4m3_is_nan(x[i]);
+    nan = nan || e4m3_is_nan(x[i]);
     s += int64_t(e2m1_to_int_x2(nib)) * int64_t(e4m3_to_int_x512(x[i]));
   }
   return nan ? f32_from_bits(kCanonicalNan) : round_block_sum(s, 10);

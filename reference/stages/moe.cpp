@@ -178,6 +178,8 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
   const int nu = int(uexp.size());
   uexp.push_back(cfg.shared_expert());
   const int u_max = top_k * tokens + 1, n_units = (nu + 1) * KC, dn_witers = (u_max * KC + 3) / 4;
+  std::vector<const uint8_t*> nan_of_du(nu + 1);  // nanscale of distinct expert du, no map lookups
+  for (int du = 0; du <= nu; ++du) nan_of_du[du] = nanscale.at(std::min(uexp[du], cfg.n_experts() - 1)).data();
   // urow (seed down_tables): token k's slot routed to distinct expert du, or -1 (the zero row)
   std::vector<int> urow(size_t(tokens) * (nu + 1), -1);
   for (int k = 0; k < tokens; ++k)
@@ -216,13 +218,13 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
             const bool ok = j < n_units;
             float term = 0.0f;
             if (ok) {
-              const int du = std::min(j / KC, u_max - 1), dkc = j % KC, e = std::min(uexp[du], cfg.n_experts() - 1);
+              const int du = std::min(j / KC, u_max - 1), dkc = j % KC;
               const int slot = urow[size_t(k) * (nu + 1) + du];
               if (slot >= 0) {
                 term = unit(slot, dkc) * weight(slot);
               } else {
                 // the zero mid row: every block is +0, scaled +0 -- NaN if a weight scale is
-                const float z = nanscale.at(e)[size_t(row) * KC + dkc] ? f32_from_bits(kCanonicalNan) : 0.0f;
+                const float z = nan_of_du[du][size_t(row) * KC + dkc] ? f32_from_bits(kCanonicalNan) : 0.0f;
                 term = z * 0.0f;
               }
             }

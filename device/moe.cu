@@ -44,11 +44,16 @@ K4_BODY float swiglu(float g, float u, float limit) {
   return (gp * sg) * (up + 1.0f);
 }
 
-// 16 bytes of packed E2M1 (32 elements, even low) -> values x 2.
-K4_BODY void decode_fp4_block(int32_t* out, const Bytes16& w) {
+// The E2M1 pair table: byte b -> (value x 2 of its low nibble, of its high nibble).
+K4_BODY void fp4_pair_entry(int32_t* tab, int b) {
+  tab[2 * b] = e2m1_to_int_x2(fp4_lo(uint8_t(b)));
+  tab[2 * b + 1] = e2m1_to_int_x2(fp4_hi(uint8_t(b)));
+}
+// 16 bytes of packed E2M1 (32 elements, even low) -> values x 2, through the pair table.
+K4_BODY void decode_fp4_block(int32_t* out, const Bytes16& w, const int32_t* tab) {
   for (int i = 0; i < 16; ++i) {
-    out[2 * i] = e2m1_to_int_x2(fp4_lo(w.b[i]));
-    out[2 * i + 1] = e2m1_to_int_x2(fp4_hi(w.b[i]));
+    out[2 * i] = tab[2 * w.b[i]];
+    out[2 * i + 1] = tab[2 * w.b[i] + 1];
   }
 }
 // 32 E4M3 codes (16-byte aligned) -> values x 2^9; returns whether one is NaN.
@@ -105,7 +110,7 @@ struct RouteBody {
 
 // --------------------------------------------------------------------------- up / gate
 constexpr int kUgRows = 32;    // mid rows a block: one MXFP8 32-block of every slot
-constexpr int kUgBatch = 4;    // tokens (uses) a pass
+constexpr int kUgBatch = 2;    // tokens (uses) a pass: their xn8 decoded once into shared memory
 
 // Each rank's distinct experts (any slot, clamped as the loads clamp them) in id order, the
 // count last: the up/gate grid's x is an index into this list (work distribution only).
@@ -146,14 +151,16 @@ struct UpGateBody {
     const int e = list[c.bx];
     SmemCarver cv{smem};
     int32_t* uses = cv.take<int32_t>(kMaxTokens * kMaxSlots + 1);  // (token, slot) pairs, count last
-    uint8_t* x8 = cv.take<uint8_t>(size_t(kUgBatch) * HID);         // the pass's tokens' xn8
-    uint8_t* xs = cv.take<uint8_t>(size_t(kUgBatch) * KB);          // and scales
+    int32_t* xi = cv.take<int32_t>(size_t(kUgBatch) * HID);         // the pass's tokens' xn8, x 2^9
+    uint8_t* xnan = cv.take<uint8_t>(size_t(kUgBatch) * KB);        // a NaN in the 32-block
+    uint8_t* xs = cv.take<uint8_t>(size_t(kUgBatch) * KB);          // and the E8M0 scales
     float* chains = cv.take<float>(kUgBatch * kUgRows * 2 * cfg.waves);
     float* midv = cv.take<float>(kUgBatch * kUgRows);
     int32_t* dec = cv.take<int32_t>(256);
+    int32_t* fp4 = cv.take<int32_t>(512);
     int32_t* ids = cv.take<int32_t>(kMaxTokens * kMaxSlots);
     c.each(256 + S * SL, [&](int i) {
-      if (i < 256) dec[i] = e4m3_to_int_x512(uint8_t(i));
+      if (i < 256) dec[i] = e4m3_to_int_x512(uint8_t(i)), fp4_pair_entry(fp4, i);
       else ids[i - 256] = a.ids[size_t(r) * S * SL + i - 256];
     });
     c.one([&] {
@@ -174,10 +181,14 @@ struct UpGateBody {
       c.each(nb * (HID / 16) + nb * KB, [&](int i) {
         if (i < nb * (HID / 16)) {
           const int u = i / (HID / 16), j = i % (HID / 16), k = uses[u0 + u] / SL;
-          store16(x8 + size_t(u) * HID + 16 * j, load16(xn8 + size_t(k) * HID + 16 * j));
+          const Bytes16 v = load16(xn8 + size_t(k) * HID + 16 * j);
+          for (int e = 0; e < 16; ++e) xi[size_t(u) * HID + 16 * j + e] = dec[v.b[e]];
         } else {
           const int u = (i - nb * (HID / 16)) / KB, b = (i - nb * (HID / 16)) % KB, k = uses[u0 + u] / SL;
           xs[u * KB + b] = xsc[size_t(k) * KB + b];
+          bool nan = false;
+          for (int e = 0; e < kBlockK; ++e) nan |= e4m3_is_nan(xn8[size_t(k) * HID + b * kBlockK + e]);
+          xnan[u * KB + b] = nan ? 1 : 0;
         }
       });
       // thread (row, gate/up, wave): its chain over the wave's blocks for the pass's tokens
@@ -190,13 +201,12 @@ struct UpGateBody {
         for (int u = 0; u < kUgBatch; ++u) acc[u] = 0.0f;
         for (int b = w * wave_blocks; b < (w + 1) * wave_blocks; ++b) {
           int32_t wi[kBlockK];
-          decode_fp4_block(wi, load16(wp + size_t(b) * 16));
+          decode_fp4_block(wi, load16(wp + size_t(b) * 16), fp4);
           const uint8_t sa = sp[b];
           for (int u = 0; u < kUgBatch; ++u) {
             if (u >= nb) break;
-            int32_t xi[kBlockK];
-            const bool xnan = decode_fp8_block(xi, x8 + size_t(u) * HID + b * kBlockK, dec);
-            acc[u] = acc[u] + scale_block(block_dot_ints(wi, xi, xnan, 10), sa, xs[u * KB + b]);
+            acc[u] = acc[u] + scale_block(block_dot_ints(wi, xi + size_t(u) * HID + b * kBlockK, xnan[u * KB + b] != 0, 10),
+                                          sa, xs[u * KB + b]);
           }
         }
         for (int u = 0; u < nb; ++u) chains[((u * kUgRows + rr) * 2 + gu) * cfg.waves + w] = acc[u];
@@ -232,7 +242,7 @@ constexpr int kDnRows = 32, kQuarters = 4, kTokenGroups = 4;
 // One unit: row wrow of an expert's w2 (scales srow), 128-k chunk kc, against a mid row
 // (mid8 / midsc); mid8 == nullptr: the zero mid row (scales 0), whose blocks are exactly +0.
 K4_BODY float down_unit(const uint8_t* wrow, const uint8_t* srow, int kc, const uint8_t* mid8, const uint8_t* midsc,
-                        const int32_t* dec) {
+                        const int32_t* dec, const int32_t* fp4) {
   float c = 0.0f;
   for (int b = kc * 4; b < kc * 4 + 4; ++b) {
     if (mid8 == nullptr) {
@@ -240,7 +250,7 @@ K4_BODY float down_unit(const uint8_t* wrow, const uint8_t* srow, int kc, const 
       continue;
     }
     int32_t wi[kBlockK], mi[kBlockK];
-    decode_fp4_block(wi, load16(wrow + size_t(b) * 16));
+    decode_fp4_block(wi, load16(wrow + size_t(b) * 16), fp4);
     const bool mnan = decode_fp8_block(mi, mid8 + size_t(b) * kBlockK, dec);
     c = c + scale_block(block_dot_ints(wi, mi, mnan, 10), srow[b], midsc[b]);
   }
@@ -261,6 +271,7 @@ struct DownBody {
     int32_t* uexp = cv.take<int32_t>(kMaxTokens * 4 + 2);               // wide: distinct experts, count last
     int32_t* slot_for = cv.take<int32_t>(size_t(kMaxTokens) * (kMaxTokens * 4 + 1));  // (S, u) -> slot or -1
     int32_t* dec = cv.take<int32_t>(256);
+    int32_t* fp4 = cv.take<int32_t>(512);
     uint8_t* used_e = cv.take<uint8_t>(cfg.n_experts);
     int32_t* ids = cv.take<int32_t>(kMaxTokens * kMaxSlots);
     float* wts = cv.take<float>(kMaxTokens * kMaxSlots);
@@ -270,6 +281,7 @@ struct DownBody {
     c.each(256 + S * SL, [&](int i) {
       if (i < 256) {
         dec[i] = e4m3_to_int_x512(uint8_t(i));
+        fp4_pair_entry(fp4, i);
       } else {
         ids[i - 256] = a.ids[size_t(r) * S * SL + i - 256];
         wts[i - 256] = a.weights[size_t(r) * S * SL + i - 256];
@@ -306,7 +318,7 @@ struct DownBody {
         }
         const int j = i - S * (nu + 1), u = j / (kDnRows * KC), rr = (j / KC) % kDnRows, kc = j % KC;
         const int e = uexp[u] < cfg.n_experts - 1 ? uexp[u] : cfg.n_experts - 1, row = task * kDnRows + rr;
-        const float z = down_unit(w2_row(e, row), s2_row(e, row), kc, nullptr, nullptr, dec) * 0.0f;
+        const float z = down_unit(w2_row(e, row), s2_row(e, row), kc, nullptr, nullptr, dec, fp4) * 0.0f;
         znan[j] = is_nan(z) ? 1 : 0;
       });
     }
@@ -318,7 +330,7 @@ struct DownBody {
         auto unit = [&](int s, int kc) {
           const int e = slot_expert(idk, s, cfg);
           return down_unit(w2_row(e, row), s2_row(e, row), kc, mid8 + (size_t(k) * SL + s) * I,
-                           midsc + (size_t(k) * SL + s) * IB, dec);
+                           midsc + (size_t(k) * SL + s) * IB, dec, fp4);
         };
         float* pk = part + (size_t(k) * kDnRows + rr) * kQuarters * 2;
         if (!wide) {
@@ -387,11 +399,13 @@ void launch_experts_up_gate(const UpGateArgs& a, hipStream_t s) {
   launch(ExpertListBody{a}, Grid{1, a.ranks, 1}, 256, list_smem, s);
   const size_t smem = SmemSize()
                           .add<int32_t>(kMaxTokens * kMaxSlots + 1)
-                          .add<uint8_t>(kUgBatch * size_t(cfg.hidden))
+                          .add<int32_t>(kUgBatch * size_t(cfg.hidden))
+                          .add<uint8_t>(kUgBatch * KB)
                           .add<uint8_t>(kUgBatch * KB)
                           .add<float>(size_t(kUgBatch) * kUgRows * 2 * cfg.waves)
                           .add<float>(kUgBatch * kUgRows)
                           .add<int32_t>(256)
+                          .add<int32_t>(512)
                           .add<int32_t>(kMaxTokens * kMaxSlots)
                           .used;
   // at most top_k * S + 1 distinct experts a rank: blocks past a rank's count return at once
@@ -408,6 +422,7 @@ void launch_experts_down(const DownArgs& a, hipStream_t s) {
                           .add<int32_t>(kMaxTokens * 4 + 2)
                           .add<int32_t>(size_t(kMaxTokens) * (kMaxTokens * 4 + 1))
                           .add<int32_t>(256)
+                          .add<int32_t>(512)
                           .add<uint8_t>(cfg.n_experts)
                           .add<int32_t>(kMaxTokens * kMaxSlots)
                           .add<float>(kMaxTokens * kMaxSlots)

@@ -8,6 +8,9 @@
 #                                  build-cuda-suite/ (ignored; ~20 MB: carry it)
 #   scripts/gpu-suite.sh run       ON THE GPU MACHINE, from the repository root:
 #                                  everything below, logs and a summary under $OUT (or out/)
+#   scripts/gpu-suite.sh emulate [doctest args]
+#                                  HERE: the kernels' host emulation (no GPU) into build-emu/,
+#                                  then the suite on it (slow: pass -tc="plant probe" etc.)
 #
 # The device tool (2000 characters, 10 minutes a command):
 #   run(command="scripts/gpu-suite.sh run", carry=["build-cuda-suite"], timeout_s=600)
@@ -153,11 +156,40 @@ run() {
 
   note "gpu-suite: $([[ $status -eq 0 ]] && echo ALL OK || echo FAILURES) (total $SECONDS s)"
   cat "$sum" >>"$log"
+  # the device tool brings back 8 files: the per-step logs go into one archive
+  (cd "$out" && tar czf logs.tar.gz ./*.log && rm -f plant?.log probe.log memcheck.log racecheck.log bench.log)
   return $status
+}
+
+# ------------------------------------------------------------------------- emulate
+# The kernels' host emulation (device/emu.hpp, K4_HOST_EMULATION): device/*.cu compiled as
+# C++ with g++, block bodies run item by item on the CPU, into build-emu/ (ignored); then the
+# suite, or the doctest arguments given (e.g. -tc="plant probe"). No GPU: checks the kernels'
+# indexing, orders and phase structure, not the GPU's arithmetic.
+emulate() {
+  set -e
+  local dir=build-emu cxx=(g++ -std=c++17 -O2 -fopenmp -ffp-contract=off -Wall -Wextra -DK4_HOST_EMULATION -I.)
+  mkdir -p "$dir"
+  printf '%s\n' '#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN' '#include <doctest/doctest.h>' >"$dir/main.cpp"
+  local objs=() pids=()
+  for f in reference/*.cpp reference/stages/*.cpp tests/cpu/fixtures.cpp tests/gpu/test_stages_gpu.cpp "$dir/main.cpp"; do
+    local o="$dir/$(echo "$f" | tr / _).o"
+    "${cxx[@]}" -c "$f" -o "$o" & pids+=($!)
+    objs+=("$o")
+  done
+  for f in index split merge oproj router moe allreduce runner; do
+    "${cxx[@]}" -x c++ -c "device/$f.cu" -o "$dir/$f.o" & pids+=($!)
+    objs+=("$dir/$f.o")
+  done
+  for p in "${pids[@]}"; do wait "$p" || { echo "gpu-suite.sh emulate: a compile failed" >&2; exit 1; }; done
+  g++ -fopenmp -o "$dir/k4_emu_tests" "${objs[@]}"
+  shift
+  "$dir/k4_emu_tests" -ts=gpu_stages "$@"
 }
 
 case $mode in
   build) build ;;
   run) run ;;
-  *) echo "usage: scripts/gpu-suite.sh build|run" >&2; exit 2 ;;
+  emulate) emulate "$@" ;;
+  *) echo "usage: scripts/gpu-suite.sh build|run|emulate [doctest args]" >&2; exit 2 ;;
 esac

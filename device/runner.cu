@@ -87,12 +87,6 @@ class Experts {
     }
   }
   ExpertTable table() const { return ExpertTable{d_w13_.get(), d_s13_.get(), d_w2_.get(), d_s2_.get()}; }
-  // Distinct experts on rank r (for the byte counts).
-  int count(int r) const {
-    int n = 0;
-    for (const auto& kv : have_) n += kv.first.first == r;
-    return n;
-  }
 
  private:
   struct Dev {
@@ -128,6 +122,7 @@ struct Runner::Impl {
   DeviceBuffer<float> k_scale, v_scale;
   size_t cache_slice = 0, scale_slice = 0;
   std::vector<int> n_ctx_host;  // for the byte counts
+  int step_experts = 0;         // the step's distinct experts over all ranks (fetch_experts)
   // the stages' outputs, (W, ...) slices
   DeviceBuffer<int32_t> table, blocks, n_ctx, cand;
   DeviceBuffer<uint8_t> long_row, q8, attn8, xn8, xsc, mid8, midsc;
@@ -233,7 +228,15 @@ struct Runner::Impl {
   void stage_route() { launch_route_top4(RouteArgs{ids.get(), weights.get(), sig.get(), key.get(), S, W, dc}, 0); }
   void fetch_experts() {
     sync();
-    ex.ensure(*src, cfg, src_rank, download(ids, size_t(W) * S * cfg.moe_slots()), S);
+    const std::vector<int32_t> h_ids = download(ids, size_t(W) * S * cfg.moe_slots());
+    ex.ensure(*src, cfg, src_rank, h_ids, S);
+    step_experts = 0;  // the step's distinct experts, summed over ranks (for the byte counts)
+    for (int r = 0; r < W; ++r) {
+      std::vector<char> seen(cfg.n_experts(), 0);
+      for (int ks = 0; ks < S * cfg.moe_slots(); ++ks)
+        seen[std::min<int>(h_ids[size_t(r) * S * cfg.moe_slots() + ks], cfg.n_experts() - 1)] = 1;
+      for (char c : seen) step_experts += c;
+    }
   }
   void stage_up_gate() {
     launch_experts_up_gate(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ulist.get(), ids.get(),
@@ -327,8 +330,7 @@ struct Runner::Impl {
     if (st == "attn_allreduce") return Wd * Sd * H * 2 * ((ag ? 1 : Wd) + 2) + Sd * H * 2;
     if (st == "router") return Wd * (E * H * 2 + H * 2 + Sd * H * (2 + 2 + 2 + 1 + 1.0 / 32) + Sd * E * 12) + Sd * H * 2;
     if (st == "route_top4") return Wd * Sd * (E * 8 + SL * 8);
-    double experts = 0;
-    for (int r = 0; r < W; ++r) experts += ex.count(r);
+    const double experts = step_experts;  // this step's, not every expert uploaded so far
     if (st == "up_gate") return experts * (2 * I * H / 2 + 2 * I * H / 32) + Wd * Sd * (H + H / 32 + SL * I * 11.0 / 1);
     if (st == "down") return experts * (H * I / 2 + H * I / 32) + Wd * Sd * (SL * I * (1 + 1.0 / 32) + H * 2 * (1 + (ag ? 1 : Wd)));
     if (st == "ffn_allreduce") return Wd * Sd * H * 2 * ((ag ? 1 : Wd) + 1);

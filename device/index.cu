@@ -18,6 +18,7 @@
 #include <climits>
 
 #include "device/stages.hpp"
+#include "reference/numerics/keys.hpp"
 
 namespace k4::gpu {
 namespace {
@@ -26,15 +27,9 @@ constexpr int32_t kKeyNone = INT32_MIN;  // seed KEY_NONE
 constexpr int kNetLanes = 64;            // the seed's wave: the networks' lane groups
 constexpr int kCandBatch = 2;            // seed CAND_BATCH
 
-// Sort key of block b's score (twin of reference index_key, seed:L309-L318).
+// Sort key of block b's score: reference/numerics/keys.hpp (seed:L309-L318).
 K4_BODY int32_t index_key(const DevCfg& cfg, int b, float score, int n_blk) {
-  float sc = score;
-  if (b < cfg.init_blocks) sc = 1e30f;
-  if (b >= n_blk - cfg.local_blocks) sc = 1e29f;
-  int32_t bits = int32_t(f32_bits(sc));
-  if (bits == INT32_MIN) bits = 0;
-  const int32_t key = bits < 0 ? (bits ^ 0x7FFFFFFF) : bits;
-  return (bits & 0x7FFFFFFF) > 0x7F800000 ? INT32_MIN : key;
+  return index_key_bits(b, score, n_blk, cfg.init_blocks, cfg.local_blocks);
 }
 
 struct RowInfo {

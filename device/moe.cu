@@ -23,6 +23,7 @@
 #include <climits>
 
 #include "device/stages.hpp"
+#include "reference/numerics/keys.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/e2m1.hpp"
 #include "reference/numerics/e4m3.hpp"
@@ -35,14 +36,6 @@ namespace k4::gpu {
 namespace {
 
 constexpr int kMaxTokens = 16, kMaxSlots = 8;
-
-// Twin of reference swiglu (moe.cpp): the seed's swiglu_mul_batch(g, u, -limit).
-K4_BODY float swiglu(float g, float u, float limit) {
-  const float gp = -fmax_ieee(-g, -limit);                  // min(g, L), NaN-propagating
-  const float up = fmin_ieee(fmax_ieee(u, -limit), limit);  // clamp(u, -L, L)
-  const float sg = sigmoid_approx(1.702f * gp);             // 1.702 * g' rounded to f32 first
-  return (gp * sg) * (up + 1.0f);
-}
 
 // The E2M1 pair table: byte b -> (value x 2 of its low nibble, of its high nibble).
 K4_BODY void fp4_pair_entry(int32_t* tab, int b) {

@@ -13,6 +13,7 @@
 // map) and the logits (one block a token, 8 experts and rank: wave w's 64 lanes expert
 // 8 t + w, the lane values meeting in shared memory for the 64-lane tree).
 #include "device/stages.hpp"
+#include "reference/numerics/keys.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/butterfly.hpp"
 #include "reference/numerics/mx.hpp"
@@ -22,13 +23,6 @@ namespace k4::gpu {
 namespace {
 
 constexpr int kBlockK = 32;  // an MXFP8 block
-
-// Twin of reference route_key (router.cpp): signed-orderable int of v, low 7 bits 127 - e.
-K4_BODY int32_t route_key(float v, int e) {
-  int32_t b = int32_t(f32_bits(canon_nan(v)));
-  b = b < 0 ? (b ^ 0x7FFFFFFF) : b;
-  return int32_t(uint32_t(b) & 0xFFFFFF80u) | (127 - e);
-}
 
 struct NormBody {
   RouterArgs a;

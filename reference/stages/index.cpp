@@ -7,6 +7,7 @@
 #include <string>
 
 #include "reference/numerics/hd.hpp"
+#include "reference/numerics/keys.hpp"
 
 namespace k4 {
 namespace {
@@ -150,13 +151,7 @@ void select_short(Placed& out, const Config& cfg, const StepShared& in, int k, c
 }  // namespace
 
 int32_t index_key(const Config& cfg, int b, float score, int n_blk) {
-  float sc = score;
-  if (b < cfg.init_blocks) sc = 1e30f;                 // seed:L313
-  if (b >= n_blk - cfg.local_blocks) sc = 1e29f;       // seed:L314
-  int32_t bits = int32_t(f32_bits(sc));
-  if (bits == INT32_MIN) bits = 0;                     // -0 as +0
-  const int32_t key = bits < 0 ? (bits ^ 0x7FFFFFFF) : bits;
-  return (bits & 0x7FFFFFFF) > 0x7F800000 ? INT32_MIN : key;  // NaN below -Inf
+  return index_key_bits(b, score, n_blk, cfg.init_blocks, cfg.local_blocks);  // seed:L309-L318
 }
 
 std::vector<RowPlan> plan_rows(const Config& cfg, const StepShared& in) {

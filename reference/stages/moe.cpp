@@ -50,13 +50,6 @@ void route_top4(RouteOut& out, const RouterOut& r, int tokens, const Config& cfg
   }
 }
 
-float swiglu(float g, float u, float limit) {
-  const float gp = -fmax_ieee(-g, -limit);                 // min(g, L), NaN-propagating
-  const float up = fmin_ieee(fmax_ieee(u, -limit), limit); // clamp(u, -L, L)
-  const float sg = sigmoid_approx(1.702f * gp);            // 1.702 * g' rounded to f32 first
-  return (gp * sg) * (up + 1.0f);
-}
-
 namespace {
 
 // The expert a slot's route id addresses: clamped to E_TOP (seed ug_load / down_load).

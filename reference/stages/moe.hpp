@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "reference/config.hpp"
+#include "reference/numerics/keys.hpp"
 #include "reference/stages/router.hpp"
 #include "reference/weights.hpp"
 
@@ -41,8 +42,7 @@ struct MoeOut {
 
 void route_top4(RouteOut& out, const RouterOut& r, int tokens, const Config& cfg);
 
-// The seed's swiglu_mul_batch(g, u, -limit).
-float swiglu(float g, float u, float limit);
+// swiglu (the seed's swiglu_mul_batch(g, u, -limit)) is in reference/numerics/keys.hpp.
 
 void experts_up_gate(MoeOut& out, const RouteOut& route, const RouterOut& r, const ExpertSource& src, int rank,
                      int tokens, const Config& cfg);

@@ -9,13 +9,6 @@
 
 namespace k4 {
 
-int32_t route_key(float v, int e) {
-  // NaN enters as the canonical NaN: its payload differs between CPUs and GPUs
-  int32_t b = int32_t(f32_bits(canon_nan(v)));
-  b = b < 0 ? (b ^ 0x7FFFFFFF) : b;
-  return int32_t(uint32_t(b) & 0xFFFFFF80u) | (127 - e);
-}
-
 namespace {
 
 // RMSNorm of one token (seed:L1395-L1425) -> xn (bf16 bits), rstd.

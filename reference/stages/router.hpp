@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "reference/config.hpp"
+#include "reference/numerics/keys.hpp"
 #include "reference/weights.hpp"
 
 namespace k4 {
@@ -27,8 +28,7 @@ struct RouterOut {
   std::vector<int32_t> key;      // (S, n_routed)        route key
 };
 
-// Signed-orderable int of score v with the low 7 bits 127 - e (seed route_key).
-int32_t route_key(float v, int e);
+// route_key (seed route_key) is in reference/numerics/keys.hpp, shared with the kernels.
 
 void route_scores(RouterOut& out, const std::vector<uint16_t>& a, const std::vector<uint16_t>& h_in,
                   const RankWeights& w, int tokens, const Config& cfg);

@@ -278,20 +278,6 @@ void diff_tensor(TensorDiff& out, const RawTensor& ref, const RawTensor& got, si
 
 namespace {
 
-h5::Elem stored_elem(DType d) {
-  switch (d) {
-    case DType::BF16: return h5::Elem::U16;
-    case DType::F32: return h5::Elem::U32;
-    case DType::I32: return h5::Elem::I32;
-    default: return h5::Elem::U8;
-  }
-}
-
-std::string shape_str(const std::vector<uint64_t>& s) {
-  std::string o = "(";
-  for (size_t i = 0; i < s.size(); ++i) o += (i ? "," : "") + std::to_string(s[i]);
-  return o + ")";
-}
 
 }  // namespace
 

@@ -10,26 +10,6 @@
 namespace k4::golden {
 namespace {
 
-h5::Elem stored_elem(DType d) {
-  switch (d) {
-    case DType::BF16: return h5::Elem::U16;
-    case DType::F32: return h5::Elem::U32;
-    case DType::I32: return h5::Elem::I32;
-    default: return h5::Elem::U8;
-  }
-}
-
-std::string shape_str(const std::vector<uint64_t>& s) {
-  std::string o = "(";
-  for (size_t i = 0; i < s.size(); ++i) o += (i ? "," : "") + std::to_string(s[i]);
-  return o + ")";
-}
-
-const TensorSpec& find_spec(const std::string& group, const std::string& name) {
-  for (const TensorSpec& s : tensor_specs())
-    if (group == s.group && name == s.name) return s;
-  throw std::logic_error("schema: no tensor " + group + "/" + name);
-}
 
 // HDF5 serial is not thread-safe: every HDF5 call a reader makes after construction holds this.
 std::mutex& h5_mutex() {

@@ -239,8 +239,6 @@ Config config_from_json(const std::string& text, const std::string& where) {
 
 // ---- writer ----------------------------------------------------------------------------
 
-namespace {
-
 h5::Elem stored_elem(DType d) {
   switch (d) {
     case DType::BF16: return h5::Elem::U16;
@@ -250,11 +248,19 @@ h5::Elem stored_elem(DType d) {
   }
 }
 
+std::string shape_str(const std::vector<uint64_t>& s) {
+  std::string o = "(";
+  for (size_t i = 0; i < s.size(); ++i) o += (i ? "," : "") + std::to_string(s[i]);
+  return o + ")";
+}
+
 const TensorSpec& find_spec(const std::string& group, const std::string& name) {
   for (const TensorSpec& s : tensor_specs())
     if (group == s.group && name == s.name) return s;
   throw std::logic_error("schema: no tensor " + group + "/" + name);
 }
+
+namespace {
 
 struct Writer {
   h5::File file;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "golden/hdf5.hpp"
 #include "reference/config.hpp"
 #include "reference/inputs.hpp"
 #include "reference/model.hpp"
@@ -45,6 +46,8 @@ class FormatError : public std::invalid_argument {
 // e8m0 / e2m1x2 (two E2M1 a byte, the even element in the low nibble) -> uint8.
 enum class DType { BF16, F32, I32, U8, E4M3, E8M0, E2M1X2 };
 const char* dtype_name(DType d);
+h5::Elem stored_elem(DType d);  // the integer type a dtype's bits are stored as
+std::string shape_str(const std::vector<uint64_t>& s);  // "(4,2048)"
 bool dtype_from_name(const std::string& s, DType& out);
 size_t dtype_bytes(DType d);
 
@@ -58,6 +61,7 @@ struct TensorSpec {
   const char* meaning;
 };
 const std::vector<TensorSpec>& tensor_specs();
+const TensorSpec& find_spec(const std::string& group, const std::string& name);  // logic_error if absent
 const std::vector<std::string>& stage_names();  // index, split, merge, oproj, router, moe
 
 // Sizes of the named dimensions of one file (token, hidden, page, used_expert, ...).

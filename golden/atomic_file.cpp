@@ -16,9 +16,9 @@ AtomicOutput::AtomicOutput(const std::string& path, bool overwrite) : path_(path
   if (path.empty()) throw std::invalid_argument("output path is empty");
   const fs::path p(path);
   std::error_code ec;
+  if (fs::is_directory(p, ec)) throw std::invalid_argument("output " + path + " is a directory");
   if (fs::exists(p, ec) && !overwrite)
     throw std::invalid_argument("output " + path + " exists; pass --force to overwrite it");
-  if (fs::is_directory(p, ec)) throw std::invalid_argument("output " + path + " is a directory");
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec)) throw std::invalid_argument("output directory " + dir.string() + " does not exist");
   temp_ = (dir / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();

@@ -2,6 +2,7 @@
 #include "golden/checkpoint.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -28,11 +29,13 @@ float load_f32(const uint8_t* p, Dtype d, uint64_t i) {
   return f;
 }
 
-void reject_nonfinite(const float* x, int n, const std::string& tensor, int64_t row) {
+// x is row `row`, columns [col0, col0 + n) of the tensor.
+void reject_nonfinite(const float* x, int n, const std::string& file, const std::string& tensor, int64_t row, int64_t col0) {
   for (int i = 0; i < n; ++i)
     if ((f32_bits(x[i]) & 0x7F800000u) == 0x7F800000u)
-      throw std::invalid_argument("checkpoint tensor '" + tensor + "' row " + std::to_string(row) + " element " +
-                                  std::to_string(i) + " is not finite: weights quantized on load must be finite");
+      throw std::invalid_argument("checkpoint " + file + ": tensor '" + tensor + "' element [" + std::to_string(row) +
+                                  ", " + std::to_string(col0 + i) + "] is " + (std::isnan(x[i]) ? "NaN" : "Inf") +
+                                  ": weights quantized on load (BF16 / F32) must be finite");
 }
 
 }  // namespace
@@ -59,8 +62,12 @@ Checkpoint::Checkpoint(const std::string& path) : path_(path) {
   std::error_code ec;
   std::vector<std::string> paths;
   if (fs::is_directory(path, ec)) {
-    for (const auto& e : fs::directory_iterator(path))
-      if (e.path().extension() == ".safetensors") paths.push_back(e.path().string());
+    try {
+      for (const auto& e : fs::directory_iterator(path))
+        if (e.path().extension() == ".safetensors") paths.push_back(e.path().string());
+    } catch (const fs::filesystem_error& e) {
+      throw std::invalid_argument("checkpoint " + path + ": cannot list the directory (" + e.code().message() + ")");
+    }
     std::sort(paths.begin(), paths.end());
     if (paths.empty()) throw std::invalid_argument("checkpoint " + path + ": no *.safetensors file in the directory");
   } else if (fs::exists(path, ec)) {
@@ -132,7 +139,7 @@ void load_projection(const Checkpoint& ck, const std::string& wname, const std::
   std::vector<float> x(static_cast<size_t>(cols));
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) x[size_t(j)] = load_f32(w.data, w.dtype, uint64_t((r0 + i) * C + c0 + j));
-    reject_nonfinite(x.data(), int(cols), wname, r0 + i);
+    reject_nonfinite(x.data(), int(cols), ck.path(), wname, r0 + i, c0);
     mxfp4_quantize_row(x.data(), int(cols), packed + i * (cols / 2), scales + i * (cols / 32));
   }
 }
@@ -236,16 +243,26 @@ LayerWeights load_checkpoint_layer(const std::string& path, const Config& cfg, i
         std::memcpy(lw.ranks[size_t(r)].w_o.data() + i * OK, ow.data + i * TOK + r * OK, size_t(OK));
   } else {
     ck->get(on, {Dtype::BF16, Dtype::F32}, {H, TOK});
+    // An exception must not leave an OpenMP region (std::terminate): each row's error is kept
+    // and the first row's is thrown after the loop.
+    std::vector<std::string> errors(static_cast<size_t>(H));
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < H; ++i) {  // rows are independent: the same bits for any thread count
       std::vector<float> x(static_cast<size_t>(TOK));
       std::vector<uint8_t> q(static_cast<size_t>(TOK));
       for (int64_t j = 0; j < TOK; ++j) x[size_t(j)] = load_f32(ow.data, ow.dtype, uint64_t(i * TOK + j));
-      reject_nonfinite(x.data(), int(TOK), on, i);
+      try {
+        reject_nonfinite(x.data(), int(TOK), path, on, i, 0);
+      } catch (const std::exception& e) {
+        errors[size_t(i)] = e.what();
+        continue;
+      }
       s_o[size_t(i)] = e4m3_quantize_row(x.data(), int(TOK), q.data());
       for (int r = 0; r < c.tp; ++r)
         std::memcpy(lw.ranks[size_t(r)].w_o.data() + i * OK, q.data() + r * OK, size_t(OK));
     }
+    for (const std::string& e : errors)
+      if (!e.empty()) throw std::invalid_argument(e);
   }
   for (auto& R : lw.ranks) {
     R.s_o = s_o;

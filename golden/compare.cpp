@@ -13,6 +13,7 @@
 #include <set>
 
 #include "golden/atomic_file.hpp"
+#include "golden/file_check.hpp"
 #include "golden/hdf5.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/e2m1.hpp"
@@ -291,9 +292,11 @@ DumpReader::DumpReader(const std::string& path, const std::string& what) : p_(st
   p_->path = path;
   p_->what = what;
   auto bad = [&](const std::string& m) { throw FormatError(what + " " + path + ": " + m); };
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) bad("no such file");
-  if (!std::filesystem::is_regular_file(path, ec)) bad("is not a regular file");
+  try {
+    require_input_file(path, what);
+  } catch (const std::invalid_argument& e) {
+    throw FormatError(e.what());
+  }
   try {
     p_->file = h5::File(path, h5::File::Mode::ReadOnly);
   } catch (const h5::Error& e) {
@@ -475,14 +478,14 @@ TensorDiff compare_one(const DumpReader& g, const DumpReader& d, const std::stri
 
 void check_dump_matches_golden(const DumpReader& d, const GoldenReader& gr) {
   auto bad = [&](const std::string& m) { throw FormatError("dump " + d.path() + ": " + m + " (golden " + gr.path() + ")"); };
-  if (d.has_root_attr("config")) {
-    const Config dc = config_from_json(d.root_attr_string("config"), "dump " + d.path());
-    if (config_to_json(dc) != config_to_json(gr.config()))
-      bad("its config differs from the golden's: " + config_to_json(dc) + " vs " + config_to_json(gr.config()));
-  }
-  if (d.has_root_attr("tp") && d.root_attr_int("tp") != gr.tp())
+  // write_dump always writes config, tp and tokens: without them a dump cannot be checked
+  // to belong to this golden (root_attr_* name the attribute that is missing).
+  const Config dc = config_from_json(d.root_attr_string("config"), "dump " + d.path());
+  if (config_to_json(dc) != config_to_json(gr.config()))
+    bad("its config differs from the golden's: " + config_to_json(dc) + " vs " + config_to_json(gr.config()));
+  if (d.root_attr_int("tp") != gr.tp())
     bad("tp = " + std::to_string(d.root_attr_int("tp")) + ", the golden's is " + std::to_string(gr.tp()));
-  if (d.has_root_attr("tokens") && d.root_attr_int("tokens") != gr.tokens())
+  if (d.root_attr_int("tokens") != gr.tokens())
     bad("tokens = " + std::to_string(d.root_attr_int("tokens")) + ", the golden's is " + std::to_string(gr.tokens()));
 }
 

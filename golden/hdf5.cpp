@@ -115,6 +115,8 @@ std::string error_stack() {
   std::string out;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &out);
   H5Eclear2(H5E_DEFAULT);
+  for (char& c : out)  // some descriptions hold a ctime() line break: keep the message one line
+    if (c == '\n' || c == '\r') c = ' ';
   return out;
 }
 
@@ -443,6 +445,12 @@ File::File(const std::string& path, Mode mode) : path_(path) {
   silence_errors();
   Where w{path, ""};
   hid_t f = -1;
+  if (mode == Mode::ReadOnly || mode == Mode::ReadWrite) {
+    // A readable file without the HDF5 signature: say so, not HDF5's error stack.
+    const htri_t is = H5Fis_hdf5(path.c_str());
+    if (is == 0) throw Error(w.str("file") + ": not an HDF5 file (no HDF5 signature in it)");
+    H5Eclear2(H5E_DEFAULT);
+  }
   switch (mode) {
     case Mode::ReadOnly:
       f = check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "H5Fopen", w, "file");

@@ -7,8 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "golden/atomic_file.hpp"
+#include "golden/file_check.hpp"
 #include "golden/hdf5.hpp"
 #include "golden/schema.hpp"
+#include "reference/model.hpp"
 
 namespace k4::golden {
 namespace {
@@ -47,18 +49,60 @@ void put(const h5::Group& g, const TensorSpec& s, const DimSizes& d, const std::
 template <class T>
 std::vector<T> get(const h5::Group& g, const TensorSpec& s, const DimSizes& d, const std::string& path) {
   const std::string p = g.child_path(s.name);
-  if (!g.is_dataset(s.name)) throw FormatError("inputs file " + path + ": dataset " + p + " is missing");
-  h5::Dataset ds = g.open_dataset(s.name);
   const std::vector<uint64_t> want = d.shape(s.dims);
-  if (ds.shape() != want || ds.elem() != elem_for(s.dtype)) {
-    std::string w;
-    for (uint64_t x : want) w += (w.empty() ? "" : ",") + std::to_string(x);
-    throw FormatError("inputs file " + path + ": dataset " + p + " is not " + dtype_name(s.dtype) + " of shape (" + w +
-                      ") (" + d.dims_of(s.dims) + ")");
+  const std::string expect = std::string("dtype ") + dtype_name(s.dtype) + ", shape " + shape_str(want) + " (" +
+                             d.dims_of(s.dims) + ")";
+  auto bad = [&](const std::string& m) { throw FormatError("inputs file " + path + ": dataset " + p + " " + m); };
+  if (!g.is_dataset(s.name)) bad("is missing (expected " + expect + ")");
+  h5::Dataset ds = g.open_dataset(s.name);
+  if (!ds.has_attr("dtype") || ds.attr_kind("dtype") != "string") bad("has no dtype attribute (expected " + expect + ")");
+  const std::string dt = ds.attr_string("dtype");
+  if (dt != dtype_name(s.dtype)) bad("has dtype " + dt + ", expected " + dtype_name(s.dtype));
+  h5::Elem e;
+  try {
+    e = ds.elem();
+  } catch (const h5::Error& x) {
+    throw FormatError("inputs file " + path + ": " + x.what());
   }
+  if (e != elem_for(s.dtype))
+    bad(std::string("is stored as ") + h5::elem_name(e) + ", expected " + h5::elem_name(elem_for(s.dtype)) +
+        " (raw bits of " + dtype_name(s.dtype) + ")");
+  const std::vector<uint64_t> got = ds.shape();
+  if (got != want) bad("has shape " + shape_str(got) + ", expected " + expect);
   std::vector<T> v(ds.size());
   ds.read_raw(v.data(), elem_for(s.dtype));
   return v;
+}
+
+// Attributes of an inputs file, each named with the file when missing or out of range.
+struct Attrs {
+  const std::string& path;
+  int64_t integer(const h5::Object& o, const std::string& name) const {
+    if (!o.has_attr(name) || o.attr_kind(name) != "int")
+      throw FormatError("inputs file " + path + ": " + o.path() + ": integer attribute '" + name + "' is missing");
+    return o.attr_int(name);
+  }
+  int ranged(const h5::Object& o, const std::string& name, int64_t lo, int64_t hi) const {
+    const int64_t v = integer(o, name);
+    if (v < lo || v > hi)
+      throw FormatError("inputs file " + path + ": " + o.path() + ": attribute " + name + " = " + std::to_string(v) +
+                        " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
+    return int(v);
+  }
+  std::string string(const h5::Object& o, const std::string& name) const {
+    if (!o.has_attr(name) || o.attr_kind(name) != "string")
+      throw FormatError("inputs file " + path + ": " + o.path() + ": string attribute '" + name + "' is missing");
+    return o.attr_string(name);
+  }
+};
+
+// The model's own check of the inputs (page ids, seq_lens, ...), named with the file.
+void validate_named(const StepInputs& in, const Config& cfg, const std::string& what) {
+  try {
+    validate_inputs(in, cfg);
+  } catch (const std::invalid_argument& e) {
+    throw FormatError(what + ": " + e.what());
+  }
 }
 
 }  // namespace
@@ -105,6 +149,11 @@ void write_inputs_file(const std::string& path, const Config& cfg, const StepInp
 }
 
 StepInputs read_inputs_file(const std::string& path, Config* cfg_out) {
+  try {
+    require_input_file(path, "inputs file");
+  } catch (const std::invalid_argument& e) {
+    throw FormatError(e.what());
+  }
   std::string magic;
   {
     h5::File f;
@@ -115,34 +164,41 @@ StepInputs read_inputs_file(const std::string& path, Config* cfg_out) {
     }
     h5::Group root = f.root();
     if (!root.has_attr("magic") || root.attr_kind("magic") != "string")
-      throw FormatError("inputs file " + path + ": no magic attribute (expected " + kInputsMagic + " or " + kMagic + ")");
+      throw FormatError("inputs file " + path + ": no magic attribute at / (expected " + kInputsMagic + " or " + kMagic + ")");
     magic = root.attr_string("magic");
   }
   if (magic == kMagic) {  // a golden: its inputs
     GoldenReader g(path);
     if (cfg_out) *cfg_out = g.config();
-    return g.inputs();
+    StepInputs in = g.inputs();
+    validate_named(in, g.config(), "golden " + path);
+    return in;
   }
   if (magic != kInputsMagic)
     throw FormatError("inputs file " + path + ": magic '" + magic + "', expected " + kInputsMagic + " or " + kMagic);
   try {
+    const Attrs A{path};
     h5::File f(path, h5::File::Mode::ReadOnly);
     h5::Group root = f.root();
-    const int64_t version = root.attr_int("schema_version");
+    const int64_t version = A.integer(root, "schema_version");
     if (version != kSchemaVersion)
       throw FormatError("inputs file " + path + " was written by schema version " + std::to_string(version) +
                         "; this tool reads version " + std::to_string(kSchemaVersion));
-    const Config cfg = config_from_json(root.attr_string("config"), "inputs file " + path);
-    if (cfg_out) *cfg_out = cfg;
+    const Config cfg = config_from_json(A.string(root, "config"), "inputs file " + path);
+    const int64_t tp = A.integer(root, "tp");
+    if (tp != cfg.tp)
+      throw FormatError("inputs file " + path + ": attribute tp = " + std::to_string(tp) + " but config.tp = " +
+                        std::to_string(cfg.tp));
     StepInputs in;
     DimSizes d;
     d.cfg = cfg;
-    d.tokens = int(root.attr_int("tokens"));
+    d.tokens = A.ranged(root, "tokens", 1, cfg.max_tokens);
+    in.shared.q_len = A.ranged(root, "q_len", 1, d.tokens);
+    if (!root.is_group("inputs")) throw FormatError("inputs file " + path + ": group /inputs is missing");
     h5::Group ig = root.open_group("inputs");
-    d.bt_width = int(ig.attr_int("bt_width"));
-    d.score_width = int(ig.attr_int("score_width"));
+    d.bt_width = A.ranged(ig, "bt_width", 1, cfg.max_blocks());
+    d.score_width = A.ranged(ig, "score_width", 1, cfg.max_blocks());
     in.shared.tokens = d.tokens;
-    in.shared.q_len = int(root.attr_int("q_len"));
     in.shared.bt_width = d.bt_width;
     in.shared.score_width = d.score_width;
     in.shared.seq_lens = get<int32_t>(ig, spec("/inputs", "seq_lens"), d, path);
@@ -150,9 +206,12 @@ StepInputs read_inputs_file(const std::string& path, Config* cfg_out) {
     in.shared.index_scores = get<float>(ig, spec("/inputs", "index_scores"), d, path);
     in.shared.h_in = get<uint16_t>(ig, spec("/inputs", "h_in"), d, path);
     for (int r = 0; r < cfg.tp; ++r) {
-      h5::Group g = root.open_group("rank" + std::to_string(r) + "/inputs");
+      const std::string rg = "/rank" + std::to_string(r) + "/inputs";
+      if (!root.is_group(rg))
+        throw FormatError("inputs file " + path + ": group " + rg + " is missing (tp = " + std::to_string(cfg.tp) + ")");
+      h5::Group g = root.open_group(rg);
       StepRank R;
-      R.n_pages = int(g.attr_int("n_pages"));
+      R.n_pages = A.ranged(g, "n_pages", 1, kMaxPages);
       d.pages = R.n_pages;
       R.q = get<uint16_t>(g, spec("split/inputs", "q"), d, path);
       R.k_cache = get<uint8_t>(g, spec("split/inputs", "k_cache"), d, path);
@@ -161,6 +220,8 @@ StepInputs read_inputs_file(const std::string& path, Config* cfg_out) {
       R.v_scale = get<float>(g, spec("split/inputs", "v_scale"), d, path);
       in.ranks.push_back(std::move(R));
     }
+    validate_named(in, cfg, "inputs file " + path);
+    if (cfg_out) *cfg_out = cfg;
     return in;
   } catch (const h5::Error& e) {
     throw FormatError("inputs file " + path + ": " + e.what());

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "golden/file_check.hpp"
 #include "golden/hdf5.hpp"
 #include "golden/schema.hpp"
 
@@ -40,6 +41,14 @@ struct GoldenReader::Impl {
       bad(o.path() + ": integer attribute '" + name + "' is missing");
     return o.attr_int(name);
   }
+  // An integer attribute that sizes something: outside [lo, hi] it is named with the range.
+  int ranged_attr(const h5::Object& o, const std::string& name, int64_t lo, int64_t hi) const {
+    const int64_t v = int_attr(o, name);
+    if (v < lo || v > hi)
+      bad(o.path() + ": attribute " + name + " = " + std::to_string(v) + " is outside " + std::to_string(lo) + ".." +
+          std::to_string(hi));
+    return int(v);
+  }
   std::string str_attr(const h5::Object& o, const std::string& name) const {
     if (!o.has_attr(name) || o.attr_kind(name) != "string")
       bad(o.path() + ": string attribute '" + name + "' is missing");
@@ -73,6 +82,11 @@ struct GoldenReader::Impl {
 
   void open() {
     try {
+      require_input_file(path, "golden");
+    } catch (const std::invalid_argument& e) {
+      throw FormatError(e.what());
+    }
+    try {
       file = h5::File(path, h5::File::Mode::ReadOnly);
     } catch (const h5::Error& e) {
       throw FormatError("golden " + path + " cannot be opened as HDF5 (" + e.what() + ")");
@@ -88,17 +102,18 @@ struct GoldenReader::Impl {
                         "; this tool reads version " + std::to_string(kSchemaVersion) +
                         "; regenerate with `k4 golden ...`");
     cfg = config_from_json(str_attr(root, "config"), "golden " + path);
-    tp = int(int_attr(root, "tp"));
-    tokens = int(int_attr(root, "tokens"));
-    if (tp != cfg.tp) bad("attribute tp = " + std::to_string(tp) + " but config.tp = " + std::to_string(cfg.tp));
-    if (tokens < 1 || tokens > cfg.max_tokens) bad("attribute tokens = " + std::to_string(tokens) + " is outside 1..16");
+    const int64_t tp_attr = int_attr(root, "tp");
+    if (tp_attr != cfg.tp) bad("attribute tp = " + std::to_string(tp_attr) + " but config.tp = " + std::to_string(cfg.tp));
+    tp = cfg.tp;
+    tokens = ranged_attr(root, "tokens", 1, cfg.max_tokens);
     if (!root.is_group("inputs")) bad("group /inputs is missing");
     h5::Group ig = root.open_group("inputs");
-    q_len = int(int_attr(ig, "q_len"));
+    q_len = ranged_attr(ig, "q_len", 1, tokens);
+    if (tokens % q_len != 0) bad("/inputs: attribute q_len = " + std::to_string(q_len) + " does not divide tokens = " + std::to_string(tokens));
     base.cfg = cfg;
     base.tokens = tokens;
-    base.bt_width = int(int_attr(ig, "bt_width"));
-    base.score_width = int(int_attr(ig, "score_width"));
+    base.bt_width = ranged_attr(ig, "bt_width", 1, cfg.max_blocks());
+    base.score_width = ranged_attr(ig, "score_width", 1, cfg.max_blocks());
     for (const TensorSpec& s : tensor_specs())
       if (s.group[0] == '/') check_tensor(0, s, base);
     for (int r = 0; r < tp; ++r) {
@@ -109,12 +124,12 @@ struct GoldenReader::Impl {
           if (!root.is_group(rg + "/" + st + "/" + io)) bad("group " + rg + "/" + st + "/" + io + " is missing");
       DimSizes d = base;
       h5::Group sp = root.open_group(rg + "/split/inputs");
-      d.pages = int(int_attr(sp, "n_stored_pages"));
       const std::string form = str_attr(sp, "kv_form");
       if (form != "whole" && form != "selected") bad(rg + "/split/inputs: kv_form '" + form + "' is none of whole, selected");
-      const int64_t n_pages = int_attr(sp, "n_pages");
+      const int n_pages = ranged_attr(sp, "n_pages", 1, kMaxPages);
+      d.pages = ranged_attr(sp, "n_stored_pages", 0, n_pages);
       if (form == "whole" && n_pages != d.pages) bad(rg + "/split/inputs: whole form but n_stored_pages != n_pages");
-      d.used_experts = int(int_attr(root.open_group(rg + "/moe/inputs"), "n_experts"));
+      d.used_experts = ranged_attr(root.open_group(rg + "/moe/inputs"), "n_experts", 1, cfg.n_experts());
       for (const TensorSpec& s : tensor_specs()) {
         if (s.group[0] == '/') continue;
         if (std::string(s.name) == "page_ids" && form == "whole") continue;

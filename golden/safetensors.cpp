@@ -73,7 +73,13 @@ File::File(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) bad(std::string("cannot open (") + std::strerror(errno) + ")");
   struct stat st;
-  if (::fstat(fd_, &st) != 0) bad(std::string("cannot stat (") + std::strerror(errno) + ")");
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const std::string why = S_ISDIR(st.st_mode) ? "is a directory, expected a .safetensors file"
+                                                : std::string("is not a regular file");
+    ::close(fd_);
+    fd_ = -1;
+    bad(why);
+  }
   size_ = uint64_t(st.st_size);
   if (size_ < 8) {
     ::close(fd_);
@@ -119,10 +125,17 @@ File::File(const std::string& path) : path_(path) {
       TensorView v;
       v.name = name;
       if (!dtype_from_name(e["dtype"].get<std::string>(), v.dtype)) tbad("unknown dtype " + e["dtype"].get<std::string>());
+      uint64_t elems = 1;
+      bool overflow = false, empty = false;
       for (const auto& d : e["shape"]) {
         if (!d.is_number_integer() || d.get<int64_t>() < 0) tbad("shape " + e["shape"].dump() + " is not non-negative integers");
+        const uint64_t n = uint64_t(d.get<int64_t>());
+        if (n == 0) empty = true;
+        else if (elems > (uint64_t(1) << 60) / n) overflow = true;
+        elems *= n;
         v.shape.push_back(d.get<int64_t>());
       }
+      if (overflow && !empty) tbad("shape " + e["shape"].dump() + " has more than 2^60 elements");
       const auto& off = e["data_offsets"];
       if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
         tbad("data_offsets " + off.dump() + " are not non-negative integers");

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -47,6 +48,26 @@ void get_opt(const json& j, const char* key, T& out, const std::string& where) {
   } catch (const std::exception& e) {
     bad(where, std::string("key '") + key + "' has the wrong type (" + e.what() + ")");
   }
+}
+
+// An integer that fits an int: 2.5, 1e3, "3" and 2^40 are errors (nlohmann would truncate or
+// wrap them).
+int int_of(const json& v, const std::string& key, const std::string& where) {
+  if (!v.is_number_integer()) bad(where, "key '" + key + "' is " + v.dump() + ", expected an integer");
+  const bool neg = v.is_number_unsigned() ? false : v.get<int64_t>() < 0;
+  if (neg ? v.get<int64_t>() < INT32_MIN : v.get<uint64_t>() > uint64_t(INT32_MAX))
+    bad(where, "key '" + key + "' is " + v.dump() + ", outside the int range");
+  return int(v.get<int64_t>());
+}
+void get_opt(const json& j, const char* key, int& out, const std::string& where) {
+  if (j.contains(key)) out = int_of(j.at(key), key, where);
+}
+void get_opt(const json& j, const char* key, std::vector<int>& out, const std::string& where) {
+  if (!j.contains(key)) return;
+  const json& v = j.at(key);
+  if (!v.is_array()) bad(where, std::string("key '") + key + "' is " + v.dump() + ", expected a list of integers");
+  out.clear();
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(int_of(v[i], std::string(key) + "[" + std::to_string(i) + "]", where));
 }
 
 // KV codes: E4M3 (Saturate) of 48 * N(0, 1), N(0, 1) by the Irwin-Hall sum of four bytes,
@@ -117,7 +138,8 @@ Scenario scenario_from_json(const std::string& text, const std::string& where) {
     const json& c = j["context"];
     const json list = c.is_array() ? c : json::array({c});
     for (const json& e : list) {
-      if (e.is_number_integer()) s.context.push_back(std::to_string(e.get<int64_t>()));
+      if (e.is_number_unsigned()) s.context.push_back(std::to_string(e.get<uint64_t>()));
+      else if (e.is_number_integer()) s.context.push_back(std::to_string(e.get<int64_t>()));
       else if (e.is_string()) s.context.push_back(e.get<std::string>());
       else bad(where, "context entries are key counts or short / medium / long / max");
     }
@@ -146,7 +168,7 @@ Scenario scenario_from_json(const std::string& text, const std::string& where) {
     if (i.contains("repeated_expert")) {
       const json& r = i["repeated_expert"];
       if (r.is_boolean()) x.repeated_expert = r.get<bool>() ? -2 : -1;
-      else if (r.is_number_integer()) x.repeated_expert = r.get<int>();
+      else if (r.is_number_integer()) x.repeated_expert = int_of(r, "repeated_expert", where);
       else bad(where, "repeated_expert is an expert id or true / false");
     }
     get_opt(i, "extreme_q", x.extreme_q, where);
@@ -189,8 +211,8 @@ std::string scenario_to_json(const Scenario& s) {
   return j.dump();
 }
 
-void validate_scenario(const Scenario& s, const Config& cfg) {
-  const std::string w = "scenario";
+void validate_scenario(const Scenario& s, const Config& cfg, const std::string& where) {
+  const std::string& w = where;
   if (s.tokens < 1 || s.tokens > cfg.max_tokens)
     bad(w, "tokens " + std::to_string(s.tokens) + " is outside 1.." + std::to_string(cfg.max_tokens));
   if (s.q_len < 1 || s.tokens % s.q_len != 0)
@@ -207,9 +229,13 @@ void validate_scenario(const Scenario& s, const Config& cfg) {
     if (r < 0 || r >= s.tokens) bad(w, "zero row " + std::to_string(r) + " is outside 0.." + std::to_string(s.tokens - 1));
   if (s.kv_page_stride != -1 && s.kv_page_stride != 8 && s.kv_page_stride != 16)
     bad(w, "kv_page_stride " + std::to_string(s.kv_page_stride) + " is none of 8, 16");
-  if (s.cache_blocks < 1) bad(w, "cache_blocks must be at least 1");
+  if (s.cache_blocks < 1 || s.cache_blocks > kMaxCacheBlocks)
+    bad(w, "cache_blocks " + std::to_string(s.cache_blocks) + " is outside 1.." + std::to_string(kMaxCacheBlocks) +
+               " (a rank's K + V caches at most 1 GiB)");
   const Injections& x = s.inject;
-  if (x.nan_scores < 0 || x.neg_zero_scores < 0 || x.inf_scores < 0) bad(w, "injection counts must be >= 0");
+  for (const auto& [name, n] : {std::pair<const char*, int>{"nan_scores", x.nan_scores}, {"neg_zero_scores", x.neg_zero_scores},
+                                {"inf_scores", x.inf_scores}})
+    if (n < 0 || n > 1000000) bad(w, std::string("inject ") + name + " " + std::to_string(n) + " is outside 0..1000000");
   if (x.repeated_expert < -2 || x.repeated_expert >= cfg.n_routed)
     bad(w, "repeated_expert " + std::to_string(x.repeated_expert) + " is outside 0.." + std::to_string(cfg.n_routed - 1));
 }

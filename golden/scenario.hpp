@@ -45,6 +45,10 @@ struct Injections {
   std::vector<int> zero_rows;  // q, h_in and index-score rows all zero
 };
 
+// The most block allocations a scenario's cache may hold (16 pages of 2 KiB each for K and
+// for V: a rank's caches stay within 1 GiB).
+constexpr int kMaxCacheBlocks = 16384;
+
 struct Scenario {
   int tokens = 1;
   int q_len = 1;
@@ -59,8 +63,9 @@ struct Scenario {
 // Throws std::invalid_argument naming `where` and the key.
 Scenario scenario_from_json(const std::string& text, const std::string& where);
 std::string scenario_to_json(const Scenario& s);
-// Checks ranges (tokens 1..max_tokens, q_len divides tokens, row indices, context names).
-void validate_scenario(const Scenario& s, const Config& cfg);
+// Checks ranges (tokens 1..max_tokens, q_len divides tokens, row indices, context names);
+// messages start with `where` ("scenario FILE").
+void validate_scenario(const Scenario& s, const Config& cfg, const std::string& where = "scenario");
 // The config fields a scenario overrides (static_kv_scale, kv_page_stride).
 void apply_scenario(const Scenario& s, Config& cfg);
 

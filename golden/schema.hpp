@@ -30,6 +30,9 @@ constexpr const char* kMagic = "K4GOLDEN";
 constexpr int kSchemaVersion = 1;
 constexpr const char* kContractVersion = "1";
 constexpr const char* kInputsMagic = "K4INPUTS";
+// The most KV pages a rank's cache may have in a golden or inputs file (a bound for the readers
+// that size buffers from attributes; 2^26 pages = 128 GiB of K a rank).
+constexpr int kMaxPages = 1 << 26;
 
 // The generator's revision: K4_TOOL_VERSION if the build defines it (git describe), else
 // the compiled-in version string.

@@ -57,7 +57,7 @@ Config preset(const std::string& name, int tp) {
   } else {
     throw std::invalid_argument("unknown preset '" + name + "' (known: minimax-m3-tp4, small, tiny)");
   }
-  if (tp > 0) c.tp = tp;
+  if (tp != -1) c.tp = tp;  // -1: the preset's; any other value is validated (tp 0 is an error, not a default)
   c.validate();
   return c;
 }

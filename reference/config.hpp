@@ -68,7 +68,8 @@ struct Config {
   void validate() const;
 };
 
-// Presets: "minimax-m3-tp4" (the real shapes), "small" and "tiny" (fast tests).
+// Presets: "minimax-m3-tp4" (the real shapes), "small" and "tiny" (fast tests). tp = -1 keeps
+// the preset's TP; any other value replaces it and is validated.
 Config preset(const std::string& name, int tp = -1);
 std::vector<std::string> preset_names();
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "golden/atomic_file.hpp"
 #include "golden/compare.hpp"
 #include "tools/commands.hpp"
 #include "tools/report_html.hpp"
@@ -18,8 +19,19 @@ namespace {
 struct DiffOpt {
   std::string golden, dump, json, html;
   size_t max = 10;
-  bool replay = false, require_all = false, quiet = false, all = false;
+  bool replay = false, require_all = false, quiet = false, all = false, force = false;
 };
+
+// Writes `text` to the output's temporary, then renames it onto the output.
+void write_report(AtomicOutput& out, const std::string& text, const char* what) {
+  {
+    std::ofstream f(out.temp_path(), std::ios::binary | std::ios::trunc);
+    f << text;
+    f.close();
+    if (!f) throw std::runtime_error(std::string("cannot write the ") + what + " report " + out.temp_path());
+  }
+  out.commit();
+}
 
 void options(CLI::App& app, DiffOpt& o, bool replay_flag) {
   app.add_option("GOLDEN", o.golden, "the golden (k4 golden)")->required();
@@ -32,10 +44,16 @@ void options(CLI::App& app, DiffOpt& o, bool replay_flag) {
   app.add_flag("--require-all", o.require_all, "a tensor, stage or rank the dump lacks counts as a mismatch (exit 1)");
   app.add_flag("--all", o.all, "list the first mismatches of every tensor (default: of the first diverging stage)");
   app.add_flag("-q,--quiet", o.quiet, "print only the result line");
+  app.add_flag("--force", o.force, "overwrite an existing --json / --html file");
 }
 
 int run(const DiffOpt& o) {
   const auto t0 = std::chrono::steady_clock::now();
+  // The report files are claimed first: an existing one without --force (or a missing
+  // directory) is refused before any work, and a failure leaves neither file nor temporary.
+  std::unique_ptr<AtomicOutput> json_out, html_out;
+  if (!o.json.empty() && o.json != "-") json_out = std::make_unique<AtomicOutput>(o.json, o.force);
+  if (!o.html.empty()) html_out = std::make_unique<AtomicOutput>(o.html, o.force);
   golden::DiffOptions d;
   d.max_list = o.max;
   d.replay = o.replay;
@@ -45,11 +63,7 @@ int run(const DiffOpt& o) {
   if (o.json == "-") {
     std::fputs(golden::report_json(rep).c_str(), stdout);
   } else {
-    if (!o.json.empty()) {
-      std::ofstream f(o.json, std::ios::binary | std::ios::trunc);
-      f << golden::report_json(rep);
-      if (!f) throw std::runtime_error("cannot write the JSON report " + o.json);
-    }
+    if (json_out) write_report(*json_out, golden::report_json(rep), "JSON");
     if (o.quiet) {
       const size_t p = text.rfind("result:");
       std::fputs(text.substr(p == std::string::npos ? 0 : p).c_str(), stdout);
@@ -58,7 +72,7 @@ int run(const DiffOpt& o) {
     }
   }
   std::fflush(stdout);
-  if (!o.html.empty()) write_html_report(o.html, rep);
+  if (html_out) write_report(*html_out, html_report(rep), "HTML");
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "k4 %s: %s in %.2f s%s%s\n", o.replay ? "replay" : "diff", rc == 0 ? "match" : "mismatch", s,
                o.html.empty() ? "" : ", html: ", o.html.c_str());

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "golden/checkpoint.hpp"
+#include "golden/file_check.hpp"
 #include "golden/scenario.hpp"
 #include "golden/schema.hpp"
 #include "golden/synth.hpp"
@@ -45,11 +46,18 @@ std::vector<int> int_list(const std::string& s, const char* what) {
   return out;
 }
 
+int one_int(const std::string& s, const char* what) {
+  const std::vector<int> v = int_list(s, what);
+  if (v.size() != 1) throw std::invalid_argument(std::string(what) + ": '" + s + "' is not one integer");
+  return v[0];
+}
+
 std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw std::invalid_argument("cannot read scenario file " + path);
+  require_input_file(path, "scenario file");
+  std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
+  if (!f && !f.eof()) throw std::invalid_argument("scenario file " + path + ": read failed");
   return ss.str();
 }
 
@@ -62,7 +70,7 @@ double since(std::chrono::steady_clock::time_point t) {
 Run add_golden(CLI::App& app) {
   struct Opt {
     std::string checkpoint, preset, scenario, inputs, out, kv_form = "auto";
-    int tp = -1, layer = 0, threads = 0;
+    int tp = -1, layer = 0, threads = -1;
     uint64_t seed = 1, weight_seed = 1;
     bool force = false, progress = false;
     // scenario options (override the scenario file)
@@ -70,37 +78,47 @@ Run add_golden(CLI::App& app) {
     std::string context, pad_rows, zero_rows, repeated_expert;
     bool static_kv = false, ties = false, extreme_q = false, huge_residual = false, extreme_kv = false;
     int nan_scores = -1, neg_zero_scores = -1, inf_scores = -1;
+    std::vector<CLI::Option*> scenario_opts;  // given (count() > 0) or not: 0 is a value, not "absent"
+    bool given(const char* name) const {
+      for (const CLI::Option* op : scenario_opts)
+        if (op->check_name(name)) return op->count() > 0;
+      throw std::logic_error(std::string("k4 golden: no scenario option ") + name);
+    }
   };
   auto o = std::make_shared<Opt>();
   app.add_option("--checkpoint", o->checkpoint, "safetensors file or directory (default: the synthetic layer)");
-  app.add_option("--layer", o->layer, "layer index of the checkpoint's tensor names (default 0)");
+  app.add_option("--layer", o->layer, "layer index of the checkpoint's tensor names (default 0)")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--preset", o->preset, "config preset (minimax-m3-tp4, small, tiny); optional with --inputs");
   app.add_option("--tp", o->tp, "tensor-parallel ranks (default: the preset's)");
-  app.add_option("--seed", o->seed, "input seed (default 1)");
-  app.add_option("--weight-seed", o->weight_seed, "synthetic weight seed (default 1; ignored with --checkpoint)");
+  app.add_option("--seed", o->seed, "input seed (default 1)")->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-seed", o->weight_seed, "synthetic weight seed (default 1; ignored with --checkpoint)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--scenario", o->scenario, "scenario JSON file (docs/golden-format.md, 'Scenarios')");
   app.add_option("--inputs", o->inputs, "captured inputs file (K4INPUTS, or a golden's inputs) instead of a scenario");
   auto* g = app.add_option_group("scenario", "scenario options (override --scenario)");
-  g->add_option("--tokens", o->tokens, "decode rows S (1..16)");
-  g->add_option("--q-len", o->q_len, "rows a request (divides S)");
-  g->add_option("--context", o->context,
-                "contexts: one, one a request or one a row, comma-separated key counts or short / medium / long / max");
-  g->add_option("--pad-rows", o->pad_rows, "comma-separated rows with seq_len 0");
-  g->add_flag("--static-kv-scale", o->static_kv, "one k / v scale a cache");
-  g->add_option("--kv-page-stride", o->kv_page_stride, "8 or 16");
-  g->add_option("--cache-blocks", o->cache_blocks, "block allocations in the cache at most (default 256)");
-  g->add_flag("--ties", o->ties, "inject index-score ties");
-  g->add_option("--nan-scores", o->nan_scores, "NaN index scores a row");
-  g->add_option("--neg-zero-scores", o->neg_zero_scores, "-0 (and +0) index scores a row");
-  g->add_option("--inf-scores", o->inf_scores, "+-Inf index scores a row");
-  g->add_option("--repeated-expert", o->repeated_expert, "expert id every token routes to, or 'any' (the same picks)");
-  g->add_flag("--extreme-q", o->extreme_q, "q at and beyond the E4M3 range, Inf, NaN, -0");
-  g->add_flag("--huge-residual", o->huge_residual, "h_in rows scaled up to 1e37");
-  g->add_flag("--extreme-kv", o->extreme_kv, "K / V codes at +-448 and subnormals, scales 0 and 1e3");
-  g->add_option("--zero-rows", o->zero_rows, "comma-separated rows of all-zero q, h_in and scores");
+  auto& so = o->scenario_opts;
+  so.push_back(g->add_option("--tokens", o->tokens, "decode rows S (1..16)"));
+  so.push_back(g->add_option("--q-len", o->q_len, "rows a request (divides S)"));
+  so.push_back(g->add_option("--context", o->context,
+                "contexts: one, one a request or one a row, comma-separated key counts or short / medium / long / max"));
+  so.push_back(g->add_option("--pad-rows", o->pad_rows, "comma-separated rows with seq_len 0"));
+  so.push_back(g->add_flag("--static-kv-scale", o->static_kv, "one k / v scale a cache"));
+  so.push_back(g->add_option("--kv-page-stride", o->kv_page_stride, "8 or 16"));
+  so.push_back(g->add_option("--cache-blocks", o->cache_blocks, "block allocations in the cache at most (default 256)"));
+  so.push_back(g->add_flag("--ties", o->ties, "inject index-score ties"));
+  so.push_back(g->add_option("--nan-scores", o->nan_scores, "NaN index scores a row"));
+  so.push_back(g->add_option("--neg-zero-scores", o->neg_zero_scores, "-0 (and +0) index scores a row"));
+  so.push_back(g->add_option("--inf-scores", o->inf_scores, "+-Inf index scores a row"));
+  so.push_back(g->add_option("--repeated-expert", o->repeated_expert, "expert id every token routes to, or 'any' (the same picks)"));
+  so.push_back(g->add_flag("--extreme-q", o->extreme_q, "q at and beyond the E4M3 range, Inf, NaN, -0"));
+  so.push_back(g->add_flag("--huge-residual", o->huge_residual, "h_in rows scaled up to 1e37"));
+  so.push_back(g->add_flag("--extreme-kv", o->extreme_kv, "K / V codes at +-448 and subnormals, scales 0 and 1e3"));
+  so.push_back(g->add_option("--zero-rows", o->zero_rows, "comma-separated rows of all-zero q, h_in and scores"));
   app.add_option("--kv-form", o->kv_form, "KV pages stored: whole, selected or auto (default: whole up to 8 MiB a rank)")
       ->check(CLI::IsMember({"whole", "selected", "auto"}));
-  app.add_option("--threads", o->threads, "OpenMP threads (default: OMP_NUM_THREADS / all); the bits never depend on it");
+  app.add_option("--threads", o->threads, "OpenMP threads, 1..1024 (default: OMP_NUM_THREADS / all); the bits never depend on it")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--out", o->out, "output golden .h5")->required();
   app.add_flag("--force", o->force, "overwrite an existing output");
   app.add_flag("--progress", o->progress, "show progress even when stderr is not a terminal");
@@ -113,10 +131,15 @@ Run add_golden(CLI::App& app) {
     StepInputs in;
     std::string scenario_json;
     if (!o->inputs.empty()) {
-      if (!o->scenario.empty() || o->tokens || !o->context.empty())
-        throw std::invalid_argument("--inputs excludes --scenario and the scenario options");
+      if (!o->scenario.empty()) throw std::invalid_argument("--inputs excludes --scenario");
+      for (const CLI::Option* op : o->scenario_opts)
+        if (op->count() > 0)
+          throw std::invalid_argument("--inputs excludes the scenario options (" + op->get_name() + " given)");
       Config file_cfg;
       in = golden::read_inputs_file(o->inputs, &file_cfg);
+      if (o->preset.empty() && o->tp != -1 && o->tp != file_cfg.tp)
+        throw std::invalid_argument("--tp " + std::to_string(o->tp) + ": inputs file " + o->inputs + " was captured with tp " +
+                                    std::to_string(file_cfg.tp));
       if (!o->preset.empty()) {
         Config p = preset(o->preset, o->tp);
         p.static_kv_scale = file_cfg.static_kv_scale;
@@ -131,26 +154,31 @@ Run add_golden(CLI::App& app) {
       if (o->preset.empty()) throw std::invalid_argument("--preset is required (or --inputs)");
       cfg = preset(o->preset, o->tp);
       if (!o->scenario.empty()) scn = scenario_from_json(read_text(o->scenario), "scenario " + o->scenario);
-      if (o->tokens) scn.tokens = o->tokens;
-      if (o->q_len) scn.q_len = o->q_len;
-      if (!o->context.empty()) scn.context = split_list(o->context);
-      if (!o->pad_rows.empty()) scn.pad_rows = int_list(o->pad_rows, "--pad-rows");
+      if (o->given("--tokens")) scn.tokens = o->tokens;
+      if (o->given("--q-len")) scn.q_len = o->q_len;
+      if (o->given("--context")) scn.context = split_list(o->context);
+      if (o->given("--pad-rows")) scn.pad_rows = int_list(o->pad_rows, "--pad-rows");
       if (o->static_kv) scn.static_kv_scale = 1;
-      if (o->kv_page_stride) scn.kv_page_stride = o->kv_page_stride;
-      if (o->cache_blocks) scn.cache_blocks = o->cache_blocks;
+      if (o->given("--kv-page-stride")) scn.kv_page_stride = o->kv_page_stride;
+      if (o->given("--cache-blocks")) scn.cache_blocks = o->cache_blocks;
       Injections& x = scn.inject;
       if (o->ties) x.score_ties = true;
-      if (o->nan_scores >= 0) x.nan_scores = o->nan_scores;
-      if (o->neg_zero_scores >= 0) x.neg_zero_scores = o->neg_zero_scores;
-      if (o->inf_scores >= 0) x.inf_scores = o->inf_scores;
-      if (!o->repeated_expert.empty())
-        x.repeated_expert = o->repeated_expert == "any" ? -2 : int_list(o->repeated_expert, "--repeated-expert").at(0);
+      if (o->given("--nan-scores")) x.nan_scores = o->nan_scores;
+      if (o->given("--neg-zero-scores")) x.neg_zero_scores = o->neg_zero_scores;
+      if (o->given("--inf-scores")) x.inf_scores = o->inf_scores;
+      if (o->given("--repeated-expert"))
+        x.repeated_expert = o->repeated_expert == "any" ? -2 : one_int(o->repeated_expert, "--repeated-expert");
       if (o->extreme_q) x.extreme_q = true;
       if (o->huge_residual) x.huge_residual = true;
       if (o->extreme_kv) x.extreme_kv = true;
-      if (!o->zero_rows.empty()) x.zero_rows = int_list(o->zero_rows, "--zero-rows");
+      if (o->given("--zero-rows")) x.zero_rows = int_list(o->zero_rows, "--zero-rows");
+      bool options = false;
+      for (const CLI::Option* op : o->scenario_opts) options = options || op->count() > 0;
+      const std::string where = o->scenario.empty() ? std::string("scenario")
+                                : options           ? "scenario " + o->scenario + " with the scenario options"
+                                                    : "scenario " + o->scenario;
+      validate_scenario(scn, cfg, where);  // before apply_scenario: its messages name the scenario's keys
       apply_scenario(scn, cfg);
-      validate_scenario(scn, cfg);
       scenario_json = scenario_to_json(scn);
     }
     // Weights.

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "golden/compare.hpp"
+#include "golden/file_check.hpp"
 #include "golden/hdf5.hpp"
 #include "golden/schema.hpp"
 #include "reference/numerics/bf16.hpp"
@@ -204,24 +206,33 @@ Run add_inspect(CLI::App& app) {
   auto o = std::make_shared<Opt>();
   app.add_option("file", o->file, "golden (or inputs) HDF5 file")->required();
   app.add_option("--path", o->path, "only objects under this path (e.g. /rank0/moe)");
-  app.add_option("--samples", o->samples, "decoded samples a dataset (default 4)");
+  app.add_option("--samples", o->samples, "decoded samples a dataset (default 4)")->check(CLI::Range(0, 1000000));
   app.add_flag("--no-stats", o->no_stats, "shapes and dtypes only (fast on big files)");
   app.add_flag("--no-validate", o->no_validate, "skip the schema validation (show a damaged file)");
   return [o]() {
+    require_input_file(o->file, "file");
     try {
       h5::File probe(o->file, h5::File::Mode::ReadOnly);
     } catch (const h5::Error& e) {
       throw std::invalid_argument(o->file + " cannot be opened as HDF5 (" + e.what() + ")");
     }
     if (!o->no_validate) {
-      h5::File f(o->file, h5::File::Mode::ReadOnly);
-      const h5::Group root = f.root();
-      const bool golden = root.has_attr("magic") && root.attr_kind("magic") == "string" &&
-                          root.attr_string("magic") == golden::kMagic;
-      if (golden) golden::GoldenReader check(o->file);  // throws FormatError: exit 2
+      std::string magic, kind;
+      {
+        h5::File f(o->file, h5::File::Mode::ReadOnly);
+        const h5::Group root = f.root();
+        if (root.has_attr("magic") && root.attr_kind("magic") == "string") magic = root.attr_string("magic");
+        if (root.has_attr("kind") && root.attr_kind("kind") == "string") kind = root.attr_string("kind");
+      }
+      // Each kind of file is checked by its reader (FormatError: exit 2); --no-validate shows a damaged one.
+      if (magic == golden::kMagic && kind == "dump") golden::DumpReader check(o->file, "dump");
+      else if (magic == golden::kMagic) golden::GoldenReader check(o->file);
+      else if (magic == golden::kInputsMagic) golden::read_inputs_file(o->file);
     }
     h5::File f(o->file, h5::File::Mode::ReadOnly);
     const h5::Group root = f.root();
+    if (!o->path.empty() && o->path != "/" && !root.exists(o->path))
+      throw std::invalid_argument("--path " + o->path + ": no such group or dataset in " + o->file);
     std::printf("%s\n", o->file.c_str());
     for (const std::string& a : root.attr_names()) {
       const std::string k = root.attr_kind(a);

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <exception>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "golden/schema.hpp"
@@ -21,6 +22,18 @@ int main(int argc, char** argv) {
   add("inspect", "show a golden's stages, shapes, dtypes and value summaries", k4::tools::add_inspect);
   add("diff", "compare a kernel's dump with a golden, stage by stage, bit for bit", k4::tools::add_diff);
   add("replay", "diff + replay each stage on the dump's inputs: own fault or inherited", k4::tools::add_replay);
+  if (argc > 1 && argv[1][0] != '-') {  // CLI11 would only say "A subcommand is required"
+    bool known = false;
+    std::string names;
+    for (const auto& c : cmds) {
+      known = known || c.first->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + c.first->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "k4: unknown subcommand '%s' (known: %s; see k4 --help)\n", argv[1], names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,72 +1,21 @@
 // test_cli.cpp -- the k4 command end to end: --help everywhere, exit codes (0 ok, 2 bad
 // input / usage), golden + inspect, byte-identical files for any --threads, and a synthetic
 // checkpoint file giving the same golden tensors as the embedded synthetic default.
-// The binary is found beside the test binary (the build puts both in the build root), or in
-// $K4_BIN; without it the cases say so and pass nothing.
+// The binary is found as tests/cpu/cli_run.hpp says (beside the tests, or $K4_BIN).
 #include <doctest/doctest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 
 #include "golden/schema.hpp"
+#include "tests/cpu/cli_run.hpp"
 
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string k4_bin() {
-  if (const char* e = std::getenv("K4_BIN")) return e;
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  const fs::path p = self.parent_path() / "k4";
-  return fs::exists(p) ? p.string() : "";
-}
-
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static int n = 0;
-    dir = fs::temp_directory_path() / ("k4_test_cli_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string path(const std::string& name) const { return (dir / name).string(); }
-};
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-struct Run {
-  int rc;
-  std::string out, err;
-};
-
-Run run(const TempDir& t, const std::string& args) {
-  const std::string o = t.path("stdout.txt"), e = t.path("stderr.txt");
-  const int s = std::system((k4_bin() + " " + args + " > " + o + " 2> " + e).c_str());
-  return Run{WIFEXITED(s) ? WEXITSTATUS(s) : -1, slurp(o), slurp(e)};
-}
-
-#define NEED_K4()                                                          \
-  if (k4_bin().empty()) {                                                  \
-    MESSAGE("k4 binary not found beside the tests nor in $K4_BIN: skipped"); \
-    return;                                                                \
-  }
-
-}  // namespace
+using k4::cli::Run;
+using k4::cli::slurp;
+using k4::cli::TempDir;
+using k4::cli::run;
 
 TEST_SUITE("cli") {
 

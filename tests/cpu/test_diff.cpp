@@ -320,7 +320,7 @@ TEST_CASE("k4 diff / k4 replay: exit codes 0 / 1 / 2, --json first_divergence, -
   Cmd c = run_k4("diff " + W.golden_path + " " + clean);
   CHECK(c.rc == 0);
   CHECK(c.out.find("result: MATCH") != std::string::npos);
-  c = run_k4("diff " + W.golden_path + " " + bad + " --max 3 --json " + js);
+  c = run_k4("diff " + W.golden_path + " " + bad + " --max 3 --force --json " + js);
   CHECK(c.rc == 1);
   CHECK(c.out.find("first divergence: rank 2, stage router, tensor xsc, element [token 1, hidden_block 5]") != std::string::npos);
   const nlohmann::json j = nlohmann::json::parse(slurp(js));

@@ -58,7 +58,7 @@ std::string make_report(const std::string& name) {
   const DiffWorld& W = test::diff_world();
   const std::string dump = W.path(name + ".h5"), html = W.path(name + ".html");
   golden::write_dump(dump, W.cfg, W.in.shared.tokens, test::fault_split_bit_flip(W).res, {}, true);
-  const int rc = sh(k4_bin() + " replay " + W.golden_path + " " + dump + " --html " + html + " -q > /dev/null 2>&1");
+  const int rc = sh(k4_bin() + " replay " + W.golden_path + " " + dump + " --html " + html + " --force -q > /dev/null 2>&1");
   CHECK(rc == 1);
   return html;
 }

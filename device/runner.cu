@@ -68,9 +68,14 @@ class Experts {
         e = std::min(e, n_exp_ - 1);
         if (e < 0) throw std::runtime_error("device routing produced expert id " + std::to_string(e));
         if (have_.count({r, e})) continue;
-        const std::shared_ptr<const ExpertWeights> ew = src.expert(src_rank[r], e);
         const size_t H = cfg.hidden, I = cfg.inter;
         const std::string name = "expert " + std::to_string(e) + " of rank " + std::to_string(src_rank[r]);
+        std::shared_ptr<const ExpertWeights> ew;
+        try {
+          ew = src.expert(src_rank[r], e);
+        } catch (const std::exception& x) {
+          throw ExpertUnavailable("the device's routing picked " + name + ", which the weights cannot give: " + x.what());
+        }
         expect_size(name + " w13", ew->w13.size(), 2 * I * H / 2);
         expect_size(name + " s13", ew->s13.size(), 2 * I * H / 32);
         expect_size(name + " w2", ew->w2.size(), H * I / 2);
@@ -255,15 +260,22 @@ struct Runner::Impl {
                            0);
   }
 
-  void run_all() {
-    stage_index(), stage_split(), stage_merge(), stage_oproj(), stage_attn_ar();
-    stage_router(), stage_route();
-    fetch_experts();
-    stage_up_gate(), stage_down(), stage_ffn_ar();
+  void run_all(int last_stage = 5) {
+    if (last_stage < 0 || last_stage > 5)
+      throw std::invalid_argument("RunOptions::last_stage " + std::to_string(last_stage) + " is outside 0..5");
+    void (Impl::*const upto[])() = {&Impl::stage_index, &Impl::stage_split, &Impl::stage_merge, &Impl::stage_oproj,
+                                    &Impl::stage_attn_ar, &Impl::stage_router};
+    const int n_first = last_stage <= 2 ? last_stage + 1 : last_stage + 2;  // stage 3 is two launches
+    for (int i = 0; i < std::min(n_first, 6); ++i) (this->*upto[i])();
+    if (last_stage == 5) {
+      stage_route();
+      fetch_experts();
+      stage_up_gate(), stage_down(), stage_ffn_ar();
+    }
     sync();
   }
 
-  StepResult result() const {
+  StepResult result(int last_stage = 5) const {
     const size_t OK = cfg.o_k(), H = cfg.hidden, NS = cfg.n_split, HD = cfg.heads, E = cfg.n_routed;
     const size_t SL = cfg.moe_slots(), I = cfg.inter, TW = cfg.sparse_table_words(), T = cfg.topk_blocks;
     StepResult res;
@@ -271,20 +283,25 @@ struct Runner::Impl {
     for (int r = 0; r < W; ++r) {
       RankResult& R = res.ranks[r];
       const size_t s0 = size_t(r) * S;
+      if (last_stage < 0) continue;
       R.index.sparse_table = download(table, s0 * TW, S * TW);
       R.index.blocks = download(blocks, s0 * T, S * T);
       R.index.n_ctx = download(n_ctx, s0, S);
       R.index.long_row = download(long_row, s0, S);
+      if (last_stage < 1) continue;
       R.split.q8 = download(q8, s0 * OK, S * OK);
       R.split.o = download(o, s0 * NS * OK, S * NS * OK);
       R.split.m = download(m, s0 * NS * HD, S * NS * HD);
       R.split.l = download(l, s0 * NS * HD, S * NS * HD);
+      if (last_stage < 2) continue;
       R.merge.attn = download(attn, s0 * OK, S * OK);
       R.merge.attn8 = download(attn8, s0 * OK, S * OK);
       R.merge.x_scale = download(x_scale, s0, S);
+      if (last_stage < 3) continue;
       R.oproj.partial = download(partial, s0 * H, S * H);
       R.a = download(a, s0 * H, S * H);
       R.h_mid = download(h_mid, s0 * H, S * H);
+      if (last_stage < 4) continue;
       R.router.xn = download(xn, s0 * H, S * H);
       R.router.xn8 = download(xn8, s0 * H, S * H);
       R.router.xsc = download(xsc, s0 * H / 32, S * H / 32);
@@ -292,6 +309,7 @@ struct Runner::Impl {
       R.router.logit = download(logit, s0 * E, S * E);
       R.router.sig = download(sig, s0 * E, S * E);
       R.router.key = download(key, s0 * E, S * E);
+      if (last_stage < 5) continue;
       R.route.ids = download(ids, s0 * SL, S * SL);
       R.route.weights = download(weights, s0 * SL, S * SL);
       R.moe.mid = download(mid, s0 * SL * I, S * SL * I);
@@ -343,8 +361,8 @@ Runner::~Runner() = default;
 
 StepResult Runner::run_step(const StepInputs& in, const RunOptions& opt) {
   impl_->set_inputs(in, opt);
-  impl_->run_all();
-  return impl_->result();
+  impl_->run_all(opt.last_stage);
+  return impl_->result(opt.last_stage);
 }
 
 std::vector<StageTime> Runner::time_stages(const StepInputs& in, int warmup, int repeats) {

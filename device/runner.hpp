@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,16 @@ struct RunOptions {
   // The all-reduces' form: -1 the config's (reduce-scatter + all-gather from ag_rs_from tokens
   // on), 0 plain (every rank sums every partial), 1 reduce-scatter + all-gather. Same bits.
   int ar_form = -1;
+  // The last stage to run, 0 (index) .. 5 (moe, the route included): later stages' fields of
+  // the result are left empty. 4 stops after the router: no expert is needed.
+  int last_stage = 5;
+};
+
+// The step's routing (as the device computed it) picked an expert its ExpertSource cannot
+// give: a golden's source serves only the experts of the golden's own routing.
+class ExpertUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 // One stage's kernels timed over a step (CUDA/HIP events, after warm-up).

@@ -10,7 +10,8 @@
 #                                  everything below, logs and a summary under $OUT (or out/)
 #   scripts/gpu-suite.sh emulate [doctest args]
 #                                  HERE: the kernels' host emulation (no GPU) into build-emu/,
-#                                  then the suite on it (slow: pass -tc="plant probe" etc.)
+#                                  then the suites on it (slow: pass -ts=gpu_golden,
+#                                  -tc="plant probe" etc.)
 #
 # The device tool (2000 characters, 10 minutes a command):
 #   run(command="scripts/gpu-suite.sh run", carry=["build-cuda-suite"], timeout_s=600)
@@ -19,7 +20,9 @@
 #   0. k4_gpu_tests -tc="plant probe"       one step through every stage; on failure: memcheck
 #                                           of it, then stop
 #   1. k4_gpu_tests -ts=gpu_stages          every stage bit for bit vs the reference (the
-#                                           sweep's budget: K4_GPU_BUDGET_S, default 90 s)
+#                                           sweep's budget: K4_GPU_BUDGET_S, default 270 s)
+#      k4_gpu_tests -ts=gpu_golden          goldens -> device -> dumps -> diff (gpu::run_golden)
+#      k4 golden | k4_device run --diff | k4 diff   the tools end to end, tiny and full preset
 #   2. k4_gpu_tests_plantN -tc="plant probe" for N = 0..5: must FAIL and name stage N
 #   3. compute-sanitizer memcheck           on "plant probe" and "sanitizer case"
 #      compute-sanitizer racecheck          on "sanitizer case"
@@ -34,7 +37,7 @@ mode=${1:-}
 # ------------------------------------------------------------------------------ build
 build() {
   set -e
-  scripts/build-device.sh k4_gpu_tests k4_device
+  scripts/build-device.sh k4_gpu_tests k4_device k4
   local nvcc=${K4_NVCC:-/usr/local/cuda/bin/nvcc} arch=${K4_CUDA_ARCH:-90}
   local obj=$suite/obj
   mkdir -p "$suite/plant" "$obj"
@@ -72,8 +75,8 @@ build() {
     echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- device tests/gpu scripts/gpu-suite.sh 2>/dev/null || echo ' (+ uncommitted changes)')"
     echo "built $(date -u +%FT%TZ) on $(uname -n) with $("$nvcc" --version | tail -1)"
   } >"$suite/BUILD_INFO"
-  cp build-cuda/k4_gpu_tests build-cuda/k4_device "$suite/"
-  strip "$suite/k4_gpu_tests" "$suite/k4_device"
+  cp build-cuda/k4_gpu_tests build-cuda/k4_device build-cuda/k4 "$suite/"
+  strip "$suite/k4_gpu_tests" "$suite/k4_device" "$suite/k4"
   rm -rf "$obj"
   du -sh "$suite"
   ls -l "$suite" "$suite/plant"
@@ -112,11 +115,34 @@ run() {
 
   # 1. the suite
   t0=$SECONDS
-  K4_GPU_BUDGET_S=${K4_GPU_BUDGET_S:-90} timeout 330 "$suite/k4_gpu_tests" -ts=gpu_stages --no-colors=true \
+  K4_GPU_BUDGET_S=${K4_GPU_BUDGET_S:-270} timeout 420 "$suite/k4_gpu_tests" -ts=gpu_stages --no-colors=true \
     >"$out/suite.log" 2>&1
   rc=$?
-  grep -E "sweep:|SKIPPED|MISMATCH|first mismatching|test cases:|assertions:|Status" "$out/suite.log" >>"$sum"
+  grep -E "sweep: [^r]|SKIPPED|MISMATCH|first mismatching|test cases:|assertions:|Status" "$out/suite.log" >>"$sum"
   if [[ $rc -eq 0 ]]; then note "suite: PASS ($((SECONDS - t0)) s)"; else note "suite: FAIL rc=$rc ($((SECONDS - t0)) s)"; status=1; fi
+
+  # 1b. goldens through the device into dumps (gpu_golden), then the tools themselves: k4 golden,
+  # k4_device run --diff (must exit 0), k4 diff of the dump (must exit 0)
+  t0=$SECONDS
+  timeout 150 "$suite/k4_gpu_tests" -ts=gpu_golden --no-colors=true >"$out/golden.log" 2>&1
+  rc=$?
+  grep -E "gpu_golden:|MISMATCH|test cases:|assertions:" "$out/golden.log" >>"$sum"
+  if [[ $rc -eq 0 ]]; then note "golden suite: PASS ($((SECONDS - t0)) s)"; else note "golden suite: FAIL rc=$rc"; status=1; fi
+  local work=${TMPDIR:-/tmp}/k4-gpu-suite.$$
+  mkdir -p "$work"
+  for spec in "tiny 2 5 20000" "minimax-m3-tp4 4 16 65536"; do
+    read -r p tp S ctx <<<"$spec"
+    t0=$SECONDS
+    timeout 120 "$suite/k4" golden --preset "$p" --tp "$tp" --tokens "$S" --context "$ctx" --out "$work/g.h5" --force \
+      >>"$out/tools.log" 2>&1 &&
+      timeout 120 "$suite/k4_device" run "$work/g.h5" -o "$work/d.h5" --force --diff >>"$out/tools.log" 2>&1 &&
+      timeout 120 "$suite/k4" diff "$work/g.h5" "$work/d.h5" >>"$out/tools.log" 2>&1
+    rc=$?
+    if [[ $rc -eq 0 ]]; then note "k4 golden + k4_device run --diff + k4 diff, $p tp $tp S $S context $ctx: match ($((SECONDS - t0)) s)"
+    else note "k4 golden + k4_device run + k4 diff, $p tp $tp S $S: rc=$rc"; status=1; fi
+    grep -E "^k4_device run: config|first divergence|tensors" "$out/tools.log" | tail -3 >>"$sum"
+  done
+  rm -rf "$work"
 
   # 2. the planted variants must fail, naming their stage
   for n in 0 1 2 3 4 5; do
@@ -157,7 +183,7 @@ run() {
   note "gpu-suite: $([[ $status -eq 0 ]] && echo ALL OK || echo FAILURES) (total $SECONDS s)"
   cat "$sum" >>"$log"
   # the device tool brings back 8 files: the per-step logs go into one archive
-  (cd "$out" && tar czf logs.tar.gz ./*.log && rm -f plant?.log probe.log memcheck.log racecheck.log bench.log)
+  (cd "$out" && tar czf logs.tar.gz ./*.log && rm -f plant?.log probe.log memcheck.log racecheck.log bench.log golden.log tools.log)
   return $status
 }
 
@@ -172,9 +198,13 @@ emulate() {
   mkdir -p "$dir"
   printf '%s\n' '#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN' '#include <doctest/doctest.h>' >"$dir/main.cpp"
   local objs=() pids=()
-  for f in reference/*.cpp reference/stages/*.cpp tests/cpu/fixtures.cpp tests/gpu/test_stages_gpu.cpp "$dir/main.cpp"; do
+  local h5inc h5lib
+  h5inc=$(pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial)
+  h5lib=$(pkg-config --libs hdf5 2>/dev/null || echo -lhdf5_serial)
+  for f in reference/*.cpp reference/stages/*.cpp golden/*.cpp tests/cpu/fixtures.cpp tests/gpu/test_stages_gpu.cpp \
+           tests/gpu/test_golden_run_gpu.cpp device/tools/golden_run.cpp "$dir/main.cpp"; do
     local o="$dir/$(echo "$f" | tr / _).o"
-    "${cxx[@]}" -c "$f" -o "$o" & pids+=($!)
+    "${cxx[@]}" $h5inc -c "$f" -o "$o" & pids+=($!)
     objs+=("$o")
   done
   for f in index split merge oproj router moe allreduce runner; do
@@ -182,9 +212,9 @@ emulate() {
     objs+=("$dir/$f.o")
   done
   for p in "${pids[@]}"; do wait "$p" || { echo "gpu-suite.sh emulate: a compile failed" >&2; exit 1; }; done
-  g++ -fopenmp -o "$dir/k4_emu_tests" "${objs[@]}"
+  g++ -fopenmp -o "$dir/k4_emu_tests" "${objs[@]}" $h5lib
   shift
-  "$dir/k4_emu_tests" -ts=gpu_stages "$@"
+  "$dir/k4_emu_tests" "$@"
 }
 
 case $mode in

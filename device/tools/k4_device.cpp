@@ -7,8 +7,13 @@
 //       must move over the device-to-device copy bandwidth measured in the same run.
 //   k4_device check [--preset tiny] [--tp 2] [--tokens 5] [--seq 20000] [--seed 1]
 //       one step on the device and in the reference; exit 1 on any mismatching field.
+//   k4_device run GOLDEN -o DUMP [--force] [--ar-form config|plain|rs] [--diff [--replay]]
+//       GOLDEN's inputs and stored weights through every stage on the GPU; every intermediate
+//       into DUMP in the golden schema (for `k4 diff GOLDEN DUMP`). --diff compares at once
+//       and prints what `k4 diff` prints. When the device's routing picks an expert GOLDEN
+//       does not store, DUMP holds stages index .. router and the run exits 1.
 //
-// Exit status: 0 ok, 1 a mismatch, 2 a usage or runtime error.
+// Exit status: 0 ok, 1 a mismatch (or MoE not run), 2 a usage, input or runtime error.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -19,6 +24,8 @@
 #include <vector>
 
 #include "device/runner.hpp"
+#include "device/tools/golden_run.hpp"
+#include "golden/compare.hpp"
 #include "reference/model.hpp"
 #include "tests/cpu/fixtures.hpp"
 
@@ -103,6 +110,27 @@ int check(const std::string& pname, int tp, int S, int seq, uint64_t seed) {
   return bad ? 1 : 0;
 }
 
+int run(const gpu::GoldenRunOptions& opt, bool diff, bool replay) {
+  std::printf("k4_device run: %s on %s\n", opt.golden.c_str(), gpu::device_name().c_str());
+  const gpu::GoldenRunResult r = gpu::run_golden(opt);
+  std::printf("k4_device run: config %s, tp %d, tokens %d: stages index..%s on the device in %.3f s; wrote %s\n",
+              r.cfg.name.c_str(), r.cfg.tp, r.tokens, golden::stage_names()[size_t(r.last_stage)].c_str(), r.seconds,
+              opt.dump.c_str());
+  if (!r.moe_skipped.empty())
+    std::printf("k4_device run: the MoE stage did not run: %s\n  (the router or the route differs from the golden's: "
+                "k4 diff %s %s)\n",
+                r.moe_skipped.c_str(), opt.golden.c_str(), opt.dump.c_str());
+  int rc = r.moe_skipped.empty() ? 0 : 1;
+  if (diff) {
+    golden::DiffOptions d;
+    d.replay = replay;
+    const golden::DiffReport rep = golden::diff_files(opt.golden, opt.dump, d);
+    std::fputs(golden::report_text(rep).c_str(), stdout);
+    rc = std::max(rc, rep.exit_code());
+  }
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -126,10 +154,23 @@ int main(int argc, char** argv) {
   c->add_option("--tokens", S);
   c->add_option("--seq", check_seq);
   c->add_option("--seed", seed);
+  gpu::GoldenRunOptions ropt;
+  std::string ar_form = "config";
+  bool diff = false, replay = false;
+  CLI::App* g = app.add_subcommand("run", "a golden's inputs through every stage on the GPU, into a dump");
+  g->add_option("golden", ropt.golden, "the golden file (inputs and weights)")->required()->check(CLI::ExistingFile);
+  g->add_option("-o,--out", ropt.dump, "the dump to write (golden schema)")->required();
+  g->add_flag("--force", ropt.overwrite, "overwrite an existing dump");
+  g->add_option("--ar-form", ar_form, "the all-reduces' form: config (the config's threshold), plain or rs")
+      ->check(CLI::IsMember({"config", "plain", "rs"}));
+  g->add_flag("--diff", diff, "compare the dump with the golden at once (k4 diff)");
+  g->add_flag("--replay", replay, "with --diff: replay each stage on the dump's inputs (k4 diff --replay)");
   CLI11_PARSE(app, argc, argv);
+  ropt.run.ar_form = ar_form == "config" ? -1 : ar_form == "plain" ? 0 : 1;
   try {
     if (b->parsed()) return bench(bench_preset, bench_tp, tokens, bench_seq, warmup, repeats, md);
     if (c->parsed()) return check(check_preset, check_tp, S, check_seq, seed);
+    if (g->parsed()) return run(ropt, diff, replay);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "k4_device: %s\n", e.what());
     return 2;

@@ -260,8 +260,10 @@ struct Outcome {
 };
 std::vector<Outcome> run_cases(const std::vector<Case>& cases, const std::vector<Slot>& slot_of, double deadline) {
   std::vector<Outcome> out(cases.size());
+  // one worker a core, each a one-thread reference: a case's reference parallelizes poorly
+  // (few tokens), its inputs not at all
   const int cores = std::max(1, int(std::thread::hardware_concurrency()));
-  const int workers = std::max(1, std::min(4, cores / 4));
+  const int workers = std::min(cores, 32);
   std::mutex take_mu;
   size_t next = 0;
   auto work = [&] {
@@ -337,24 +339,36 @@ TEST_CASE("sanitizer case") {
   }
 }
 
-// The sweep: presets tiny and small, TP 1 / 2 / 4, S = 1..16, four context classes. One layer
-// a (preset, TP) for the whole sweep; seeds vary the steps (and so the routing: the experts
-// used). Seed round n runs every (preset, TP, S) once, class (n + S) % 4, so four rounds
-// cover every (preset, TP, S, class) cell. Rounds continue until K4_GPU_SEEDS rounds or the
-// budget; a cell no round reached is reported SKIPPED and fails the test.
+// The sweep: presets tiny and small, TP 1 / 2 / 4, and tiny TP 2 with kv_page_stride 8 and
+// with one static K / V scale a cache; S = 1..16; four context classes. A cell is (config,
+// S, class); one layer a config for the whole sweep; seeds vary the steps (and so the
+// routing: the experts used). Seed round n runs every cell once; rounds continue until
+// K4_GPU_SEEDS rounds (20) or the budget (K4_GPU_BUDGET_S). The summary line gives the
+// seeds every cell got; a cell no round reached is reported SKIPPED and fails the test.
 TEST_CASE("sweep tiny small") {
   const double t0 = now_s(), deadline = t0 + budget_s();
   const int rounds = seeds_wanted();
   struct Cfg {
     std::string preset;
     int tp;
+    int kv_page_stride = 0;  // 0: the preset's (16)
+    bool static_kv = false;
+    std::string name() const {
+      return preset + " tp" + std::to_string(tp) + (kv_page_stride ? " stride" + std::to_string(kv_page_stride) : "") +
+             (static_kv ? " static-kv" : "");
+    }
   };
-  const std::vector<Cfg> cfgs = {{"tiny", 1}, {"tiny", 2}, {"tiny", 4}, {"small", 1}, {"small", 2}, {"small", 4}};
+  const std::vector<Cfg> cfgs = {{"tiny", 1},  {"tiny", 2},  {"tiny", 4},        {"small", 1},
+                                 {"small", 2}, {"small", 4}, {"tiny", 2, 8},     {"tiny", 2, 0, true}};
   std::vector<std::unique_ptr<LayerWeights>> layers;
   std::vector<std::unique_ptr<gpu::Runner>> runners;
   std::vector<std::unique_ptr<std::mutex>> mus;
   for (size_t ci = 0; ci < cfgs.size(); ++ci) {
-    layers.push_back(std::make_unique<LayerWeights>(test::random_layer(preset(cfgs[ci].preset, cfgs[ci].tp), 1000 + ci)));
+    Config cfg = preset(cfgs[ci].preset, cfgs[ci].tp);
+    if (cfgs[ci].kv_page_stride) cfg.kv_page_stride = cfgs[ci].kv_page_stride;
+    cfg.static_kv_scale = cfg.static_kv_scale || cfgs[ci].static_kv;
+    cfg.validate();
+    layers.push_back(std::make_unique<LayerWeights>(test::random_layer(cfg, 1000 + ci)));
     runners.push_back(std::make_unique<gpu::Runner>(*layers.back()));
     mus.push_back(std::make_unique<std::mutex>());
   }
@@ -365,22 +379,22 @@ TEST_CASE("sweep tiny small") {
     std::vector<Slot> slots;
     std::vector<std::pair<size_t, int>> cell;  // (config, S * 4 + class)
     for (size_t ci = 0; ci < cfgs.size(); ++ci)
-      for (int S = 1; S <= 16; ++S) {
-        const int cl = (seed + S) % 4;
-        Case c;
-        c.preset = cfgs[ci].preset, c.tp = cfgs[ci].tp;
-        const uint64_t sd = uint64_t(seed) * 100003 + ci * 1009 + S * 17 + cl;
-        // S a multiple of 4 (not medium): requests of q_len 2 or 4, consecutive positions
-        const int q_len = (S % 4 == 0 && cl != 1) ? (S % 8 == 0 ? 4 : 2) : 1;
-        std::vector<int> seq = contexts(kClasses[cl], S, sd);
-        for (int k = 0; k + 1 < S && q_len > 1; ++k)
-          if ((k + 1) % q_len != 0) seq[k + 1] = std::max(seq[k], 0) + 1;  // row k+1 follows row k
-        c.spec = {S, seq, q_len, sd};
-        c.tag = kClasses[cl];
-        batch.push_back(c);
-        slots.push_back({layers[ci].get(), runners[ci].get(), mus[ci].get()});
-        cell.push_back({ci, S * 4 + cl});
-      }
+      for (int S = 1; S <= 16; ++S)
+        for (int cl = 0; cl < 4; ++cl) {
+          Case c;
+          c.preset = cfgs[ci].preset, c.tp = cfgs[ci].tp;
+          const uint64_t sd = uint64_t(seed) * 100003 + ci * 1009 + S * 17 + cl;
+          // S a multiple of 4 (not medium), odd seeds: requests of q_len 2 or 4, consecutive positions
+          const int q_len = (S % 4 == 0 && cl != 1 && seed % 2 == 1) ? (S % 8 == 0 ? 4 : 2) : 1;
+          std::vector<int> seq = contexts(kClasses[cl], S, sd);
+          for (int k = 0; k + 1 < S && q_len > 1; ++k)
+            if ((k + 1) % q_len != 0) seq[k + 1] = std::max(seq[k], 0) + 1;  // row k+1 follows row k
+          c.spec = {S, seq, q_len, sd};
+          c.tag = kClasses[cl] + (cfgs[ci].kv_page_stride || cfgs[ci].static_kv ? ", " + cfgs[ci].name() : "");
+          batch.push_back(c);
+          slots.push_back({layers[ci].get(), runners[ci].get(), mus[ci].get()});
+          cell.push_back({ci, S * 4 + cl});
+        }
     const std::vector<Outcome> res = run_cases(batch, slots, deadline);
     bool all_run = true;
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -394,18 +408,23 @@ TEST_CASE("sweep tiny small") {
       CHECK_MESSAGE(res[i].ok, batch[i].describe());
     }
     if (all_run) rounds_done = seed;
+    std::printf("gpu_stages sweep: round %d: %d cases so far, %d failed, %.1f s\n", seed, cases, failed, now_s() - t0);
+    std::fflush(stdout);
   }
   int skipped = 0, min_seeds = 1 << 30;
-  for (size_t ci = 0; ci < cfgs.size(); ++ci)
+  for (size_t ci = 0; ci < cfgs.size(); ++ci) {
+    int cfg_min = 1 << 30;
     for (int S = 1; S <= 16; ++S)
       for (int cl = 0; cl < 4; ++cl) {
         const int n = done[ci][S * 4 + cl];
-        min_seeds = std::min(min_seeds, n);
+        min_seeds = std::min(min_seeds, n), cfg_min = std::min(cfg_min, n);
         if (n == 0) {
           ++skipped;
-          std::printf("SKIPPED (no time left): %s tp%d S=%d %s\n", cfgs[ci].preset.c_str(), cfgs[ci].tp, S, kClasses[cl]);
+          std::printf("SKIPPED (no time left): %s S=%d %s\n", cfgs[ci].name().c_str(), S, kClasses[cl]);
         }
       }
+    std::printf("gpu_stages sweep: %-22s every (S, class) cell at least %d seed(s)\n", cfgs[ci].name().c_str(), cfg_min);
+  }
   std::printf("gpu_stages sweep: %d cases in %d full rounds of %d wanted, %d failed, %d of %d cells skipped, "
               "every cell at least %d seed(s), %.1f s\n",
               cases, rounds_done, rounds, failed, skipped, int(cfgs.size()) * 16 * 4, min_seeds, now_s() - t0);

@@ -1,0 +1,199 @@
+// test_golden_run_gpu.cpp -- k4_device run's path on the GPU: a golden made here by the
+// reference (the synthetic layer, a scenario) -> its inputs and stored weights through every
+// stage on the device (gpu::run_golden) -> a dump -> golden::diff_files: every tensor of every
+// stage and rank compared, none differing. The scenarios cover what the random sweep does
+// not: kv_page_stride 8, one static K / V scale a cache, the selected-pages KV form, and the
+// injections (NaN / Inf / -0 scores, extreme q / KV / residual, zero rows, one expert
+// for every token). A bit flipped in the dump afterwards must be found at its stage.
+//
+//   k4_gpu_tests -ts=gpu_golden
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "device/tools/golden_run.hpp"
+#include "golden/compare.hpp"
+#include "golden/hdf5.hpp"
+#include "golden/scenario.hpp"
+#include "golden/schema.hpp"
+#include "golden/synth.hpp"
+#include "reference/model.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using namespace k4;
+
+struct GoldenCase {
+  const char* name;
+  const char* preset;
+  int tp;
+  Scenario scn;
+  const char* kv_form = "auto";
+};
+
+std::vector<GoldenCase> golden_cases() {
+  std::vector<GoldenCase> v;
+  auto add = [&](const char* name, const char* preset, int tp, int S, std::vector<std::string> ctx) -> Scenario& {
+    GoldenCase c{name, preset, tp, Scenario{}};
+    c.scn.tokens = S;
+    c.scn.context.clear();
+    for (int k = 0; ctx.size() > 1 && k < S; ++k) c.scn.context.push_back(ctx[size_t(k) % ctx.size()]);  // one a row
+    if (ctx.size() == 1) c.scn.context = ctx;
+    v.push_back(c);
+    return v.back().scn;
+  };
+  add("mixed contexts", "tiny", 2, 5, {"long", "short", "0", "medium", "2000"});
+  add("kv_page_stride 8", "tiny", 2, 6, {"long", "short", "medium"}).kv_page_stride = 8;
+  add("static kv scale", "tiny", 4, 16, {"long", "medium", "short", "0"}).static_kv_scale = 1;
+  {
+    Scenario& s = add("stride 8 + static scale, q_len 4", "small", 2, 8, {"long"});
+    s.kv_page_stride = 8, s.static_kv_scale = 1, s.q_len = 4;
+  }
+  {
+    Scenario& s = add("special scores", "tiny", 2, 7, {"long", "medium", "short"});
+    s.inject.score_ties = true, s.inject.nan_scores = 3, s.inject.neg_zero_scores = 2, s.inject.inf_scores = 2;
+  }
+  {
+    Scenario& s = add("extreme q, kv, residual; zero rows", "tiny", 1, 9, {"long", "short"});
+    s.inject.extreme_q = true, s.inject.extreme_kv = true, s.inject.huge_residual = true, s.inject.zero_rows = {2, 5};
+  }
+  add("one expert for every token", "tiny", 2, 12, {"medium"}).inject.repeated_expert = 3;
+  v.push_back(v[0]);
+  v.back().name = "selected KV form";
+  v.back().kv_form = "selected";
+  add("full preset TP4 S=16 long", "minimax-m3-tp4", 4, 16, {"long"});
+  return v;
+}
+
+struct TempDir {
+  fs::path dir;
+  TempDir() {
+    dir = fs::temp_directory_path() / ("k4_gpu_golden_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::string path(const std::string& n) const { return (dir / n).string(); }
+};
+
+std::string make_golden(const GoldenCase& c, const std::string& path, uint64_t seed) {
+  Config cfg = preset(c.preset, c.tp);
+  apply_scenario(c.scn, cfg);
+  validate_scenario(c.scn, cfg);
+  const LayerWeights w = synth::synthetic_layer(cfg, seed);
+  const StepInputs in = make_inputs(cfg, c.scn, seed, &w);
+  const StepResult res = run_step(w, in);
+  golden::GoldenMeta meta;
+  meta.scenario_json = scenario_to_json(c.scn);
+  meta.weight_seed = seed, meta.input_seed = seed;
+  meta.kv_form = c.kv_form;
+  golden::write_golden(path, w, in, res, meta, golden::WriteOptions{});
+  return path;
+}
+
+// Every output tensor of the schema, a rank.
+size_t outputs_a_rank() {
+  size_t n = 0;
+  for (const golden::TensorSpec& s : golden::tensor_specs()) n += std::string(s.group).find("/outputs") != std::string::npos;
+  return n;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu_golden") {
+
+TEST_CASE("golden -> device -> dump: every tensor of every stage bit-exact (k4_device run)") {
+  TempDir t;
+  int n = 0;
+  for (const GoldenCase& c : golden_cases()) {
+    const std::string name = c.name;
+    CAPTURE(name);
+    if (std::string(c.preset) == "minimax-m3-tp4" && gpu::device_name() == "host emulation") continue;  // hours
+    const std::string g = make_golden(c, t.path("g" + std::to_string(n) + ".h5"), 100 + n);
+    gpu::GoldenRunOptions o;
+    o.golden = g, o.dump = t.path("d" + std::to_string(n) + ".h5");
+    const gpu::GoldenRunResult r = gpu::run_golden(o);
+    CHECK_MESSAGE(r.moe_skipped.empty(), r.moe_skipped);
+    CHECK(r.last_stage == 5);
+    const golden::DiffReport rep = golden::diff_files(g, o.dump, golden::DiffOptions{});
+    const bool ok = !rep.any_mismatch() && rep.exit_code(true) == 0;
+    if (!ok) std::printf("MISMATCH golden case '%s':\n%s\n", c.name, golden::report_text(rep).c_str());
+    CHECK_MESSAGE(ok, c.name);
+    CHECK(rep.tensors_compared == outputs_a_rank() * size_t(c.tp));
+    std::printf("gpu_golden: %-36s %s tp%d S=%2d: %llu tensors bit-exact, device step %.3f s\n", c.name, c.preset, c.tp,
+                c.scn.tokens, (unsigned long long)rep.tensors_compared, r.seconds);
+    ++n;
+  }
+}
+
+TEST_CASE("golden -> dump: a bit flipped in the dump is found at its stage; an existing dump is kept") {
+  TempDir t;
+  const GoldenCase c = golden_cases()[0];
+  const std::string g = make_golden(c, t.path("g.h5"), 7);
+  gpu::GoldenRunOptions o;
+  o.golden = g, o.dump = t.path("d.h5");
+  gpu::run_golden(o);
+  {  // flip bit 0 of merge/outputs/attn8[0] on rank 1
+    h5::File f(o.dump, h5::File::Mode::ReadWrite);
+    h5::Dataset d = f.root().open_dataset("/rank1/merge/outputs/attn8");
+    std::vector<uint8_t> v = d.read<uint8_t>();
+    v[0] ^= 1;
+    d.write_raw(v.data(), h5::Elem::U8);
+  }
+  const golden::DiffReport rep = golden::diff_files(g, o.dump, golden::DiffOptions{});
+  CHECK(rep.exit_code() == 1);
+  CHECK(rep.first.found);
+  CHECK(rep.first.stage == "merge");
+  CHECK(rep.first.rank == 1);
+  CHECK(rep.first.tensor == "attn8");
+  CHECK(rep.first.flat == 0);
+  // the dump exists: a second run without overwrite refuses before the device runs
+  CHECK_THROWS_WITH_AS(gpu::run_golden(o), doctest::Contains("exists"), std::invalid_argument);
+  o.overwrite = true;
+  gpu::run_golden(o);
+  CHECK(golden::diff_files(g, o.dump, golden::DiffOptions{}).exit_code(true) == 0);
+}
+
+TEST_CASE("golden -> dump: routing to an expert the golden does not store stops after the router") {
+  TempDir t;
+  const GoldenCase c = golden_cases()[0];
+  const std::string g = make_golden(c, t.path("g.h5"), 9);
+  int unrouted = -1;
+  {  // rank 0's bias of an expert the golden does not store raised: every token picks it
+    h5::File f(g, h5::File::Mode::ReadWrite);
+    const std::vector<int32_t> ids = f.root().open_dataset("/rank0/moe/inputs/expert_ids").read<int32_t>();
+    for (int e = 0; unrouted < 0; ++e)
+      if (std::find(ids.begin(), ids.end(), e) == ids.end()) unrouted = e;
+    h5::Dataset d = f.root().open_dataset("/rank0/router/inputs/bias");
+    std::vector<uint32_t> b = d.read<uint32_t>();  // f32 bits
+    b[size_t(unrouted)] = 0x42C80000u;                // 100.0f
+    d.write_raw(b.data(), h5::Elem::U32);
+  }
+  gpu::GoldenRunOptions o;
+  o.golden = g, o.dump = t.path("d.h5");
+  const gpu::GoldenRunResult r = gpu::run_golden(o);
+  CHECK(r.last_stage == 4);
+  CHECK_MESSAGE(r.moe_skipped.find("expert " + std::to_string(unrouted) + " of rank 0") != std::string::npos,
+                r.moe_skipped);
+  const golden::DiffReport rep = golden::diff_files(g, o.dump, golden::DiffOptions{});
+  CHECK(rep.exit_code() == 1);  // the golden's router outputs came from the old bias
+  CHECK(rep.first.stage == "router");
+  CHECK(rep.first.rank == 0);
+  CHECK(rep.first.tensor == "key");
+  bool moe_missing = false;
+  for (const golden::NotCompared& nc : rep.not_compared) moe_missing |= nc.stage == "moe";
+  for (const golden::StageDiff& sd : rep.stages) moe_missing |= sd.stage == "moe" && sd.status == golden::StageDiff::Status::Missing;
+  CHECK(moe_missing);
+}
+
+}  // TEST_SUITE

@@ -1,9 +1,13 @@
 // atomic_file.cpp -- see atomic_file.hpp.
 #include "golden/atomic_file.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 #include <system_error>
@@ -12,17 +16,52 @@ namespace k4 {
 
 namespace fs = std::filesystem;
 
-AtomicOutput::AtomicOutput(const std::string& path, bool overwrite) : path_(path) {
+namespace {
+
+std::atomic<uint64_t> g_written{0};
+
+fs::path dir_of(const fs::path& p) { return p.has_parent_path() ? p.parent_path() : fs::path("."); }
+
+}  // namespace
+
+void check_output(const std::string& path, bool overwrite) {
   if (path.empty()) throw std::invalid_argument("output path is empty");
   const fs::path p(path);
   std::error_code ec;
   if (fs::is_directory(p, ec)) throw std::invalid_argument("output " + path + " is a directory");
   if (fs::exists(p, ec) && !overwrite)
     throw std::invalid_argument("output " + path + " exists; pass --force to overwrite it");
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const fs::path dir = dir_of(p);
   if (!fs::is_directory(dir, ec)) throw std::invalid_argument("output directory " + dir.string() + " does not exist");
-  temp_ = (dir / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+}
+
+int remove_stale_temporaries(const std::string& path) {
+  const fs::path p(path);
+  const std::string prefix = "." + p.filename().string() + ".tmp-";
+  int removed = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_of(p), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0 || name.size() == prefix.size()) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    const pid_t pid = pid_t(std::stol(digits));
+    if (pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge): keep
+    std::error_code rec;
+    if (fs::remove(it->path(), rec)) ++removed;
+  }
+  return removed;
+}
+
+AtomicOutput::AtomicOutput(const std::string& path, bool overwrite) : path_(path) {
+  check_output(path, overwrite);
+  const fs::path p(path);
+  std::error_code ec;
+  remove_stale_temporaries(path);
+  temp_ = (dir_of(p) / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
   fs::remove(temp_, ec);
+  g_written = 0;
 }
 
 AtomicOutput::~AtomicOutput() {
@@ -37,6 +76,16 @@ void AtomicOutput::commit() {
   fs::rename(temp_, path_, ec);
   if (ec) throw std::runtime_error("cannot rename " + temp_ + " to " + path_ + ": " + ec.message());
   done_ = true;
+}
+
+void count_written(uint64_t bytes) {
+  const uint64_t total = g_written += bytes;
+  const char* e = std::getenv("K4_FAIL_AFTER_BYTES");
+  if (!e || !*e) return;
+  const uint64_t limit = std::strtoull(e, nullptr, 10);
+  if (total >= limit)
+    throw std::runtime_error("injected write failure after " + std::to_string(total) + " bytes (K4_FAIL_AFTER_BYTES=" +
+                             std::string(e) + ")");
 }
 
 }  // namespace k4

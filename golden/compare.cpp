@@ -623,6 +623,7 @@ struct DumpWriter {
                                   std::to_string(v.size()) + " elements, expected " + std::to_string(n));
     h5::Dataset d = g.create_dataset(name, stored_elem(spec->dtype), shape);
     d.write_raw(v.data(), stored_elem(spec->dtype));
+    count_written(v.size() * sizeof(T));  // K4_FAIL_AFTER_BYTES (atomic_file.hpp)
     d.set_attr("dtype", dtype_name(spec->dtype));
     d.set_attr("dims", dims.dims_of(spec->dims));
     d.set_attr("meaning", spec->meaning);

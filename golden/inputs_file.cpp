@@ -41,6 +41,7 @@ void put(const h5::Group& g, const TensorSpec& s, const DimSizes& d, const std::
                                 d.dims_of(s.dims) + ")");
   h5::Dataset ds = g.create_dataset(s.name, elem_for(s.dtype), shape);
   ds.write_raw(v.data(), elem_for(s.dtype));
+  count_written(v.size() * sizeof(T));  // K4_FAIL_AFTER_BYTES (atomic_file.hpp)
   ds.set_attr("dtype", dtype_name(s.dtype));
   ds.set_attr("dims", d.dims_of(s.dims));
   ds.set_attr("meaning", s.meaning);

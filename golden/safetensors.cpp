@@ -285,6 +285,7 @@ void Writer::write(const void* data, uint64_t n) {
     const uint64_t k = std::min<uint64_t>(n, d.bytes - p_->cur_done);
     if (std::fwrite(b, 1, k, p_->f) != k)
       throw std::runtime_error("write to " + p_->out.temp_path() + " failed: " + std::strerror(errno));
+    count_written(k);  // K4_FAIL_AFTER_BYTES (atomic_file.hpp)
     p_->cur_done += k;
     b += k;
     n -= k;

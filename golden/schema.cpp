@@ -269,6 +269,7 @@ struct Writer {
   const WriteOptions* opt = nullptr;
 
   void tick(uint64_t bytes) {
+    count_written(bytes);  // K4_FAIL_AFTER_BYTES (atomic_file.hpp)
     done += bytes;
     if (opt->progress) opt->progress(done, total);
   }

@@ -30,6 +30,7 @@ void write_report(AtomicOutput& out, const std::string& text, const char* what) 
     f.close();
     if (!f) throw std::runtime_error(std::string("cannot write the ") + what + " report " + out.temp_path());
   }
+  count_written(text.size());  // K4_FAIL_AFTER_BYTES (golden/atomic_file.hpp)
   out.commit();
 }
 

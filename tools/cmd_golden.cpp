@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "golden/atomic_file.hpp"
 #include "golden/checkpoint.hpp"
 #include "golden/file_check.hpp"
 #include "golden/scenario.hpp"
@@ -126,6 +127,7 @@ Run add_golden(CLI::App& app) {
   return [o]() {
     const auto t0 = std::chrono::steady_clock::now();
     if (o->threads > 0) omp_set_num_threads(o->threads);
+    check_output(o->out, o->force);  // refused before minutes of work, not after
     Config cfg;
     Scenario scn;
     StepInputs in;

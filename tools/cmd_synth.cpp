@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 
+#include "golden/atomic_file.hpp"
 #include "golden/synth.hpp"
 #include "reference/config.hpp"
 #include "tools/commands.hpp"
@@ -32,6 +33,7 @@ Run add_synth(CLI::App& app) {
       "embedded synthetic default (no --checkpoint, same --weight-seed) give the same golden.");
   return [o]() {
     const Config cfg = preset(o->preset, o->tp);
+    check_output(o->out, o->force);
     const auto t0 = std::chrono::steady_clock::now();
     Progress bar("synth", o->progress);
     synth::write_checkpoint(o->out, cfg, o->seed, o->layer, o->force,

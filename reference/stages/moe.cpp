@@ -100,7 +100,9 @@ void experts_up_gate(MoeOut& out, const RouteOut& route, const RouterOut& r, con
   std::vector<int32_t> x(size_t(tokens) * HID);
   std::vector<uint8_t> xnan(size_t(tokens) * KB);
   for (int k = 0; k < tokens; ++k) decode_fp8_row(&x[size_t(k) * HID], &xnan[size_t(k) * KB], &r.xn8[size_t(k) * HID], HID);
-  for (const auto& [e, uses] : expert_uses(route, tokens, cfg)) {
+  for (const auto& eu : expert_uses(route, tokens, cfg)) {
+    const int e = eu.first;  // not a structured binding: clang 14 cannot capture one in an OpenMP region
+    const auto& uses = eu.second;
     const std::shared_ptr<const ExpertWeights> ew = src.expert(rank, e);
 #pragma omp parallel for schedule(static)
     for (int row = 0; row < I; ++row) {
@@ -143,7 +145,9 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
   std::vector<int32_t> mid(size_t(tokens) * SL * I);
   std::vector<uint8_t> midnan(size_t(tokens) * SL * IB);
   for (int ks = 0; ks < tokens * SL; ++ks) decode_fp8_row(&mid[size_t(ks) * I], &midnan[size_t(ks) * IB], &out.mid8[size_t(ks) * I], I);
-  for (const auto& [e, uses] : expert_uses(route, tokens, cfg)) {
+  for (const auto& eu : expert_uses(route, tokens, cfg)) {
+    const int e = eu.first;  // not a structured binding: clang 14 cannot capture one in an OpenMP region
+    const auto& uses = eu.second;
     const std::shared_ptr<const ExpertWeights> ew = src.expert(rank, e);
     std::vector<uint8_t>& ns = nanscale[e];
     ns.assign(size_t(HID) * KC, 0);

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <limits>
 #include <set>
 #include <stdexcept>
@@ -157,7 +159,8 @@ Scenario scenario_from_json(const std::string& text, const std::string& where) {
     if (!i.is_object()) bad(where, "inject is a JSON object");
     static const std::set<std::string> ik = {"score_ties",      "nan_scores",  "neg_zero_scores", "inf_scores",
                                              "repeated_expert", "extreme_q",   "huge_residual",   "extreme_kv",
-                                             "zero_rows"};
+                                             "zero_rows",       "special_q",   "special_h_in",    "special_kv",
+                                             "special_weights", "nan_weight",  "zero_attn_rows"};
     for (auto it = i.begin(); it != i.end(); ++it)
       if (!ik.count(it.key())) bad(where, "unknown inject key '" + it.key() + "'");
     Injections& x = s.inject;
@@ -175,6 +178,12 @@ Scenario scenario_from_json(const std::string& text, const std::string& where) {
     get_opt(i, "huge_residual", x.huge_residual, where);
     get_opt(i, "extreme_kv", x.extreme_kv, where);
     get_opt(i, "zero_rows", x.zero_rows, where);
+    get_opt(i, "special_q", x.special_q, where);
+    get_opt(i, "special_h_in", x.special_h_in, where);
+    get_opt(i, "special_kv", x.special_kv, where);
+    get_opt(i, "special_weights", x.special_weights, where);
+    get_opt(i, "nan_weight", x.nan_weight, where);
+    get_opt(i, "zero_attn_rows", x.zero_attn_rows, where);
   }
   return s;
 }
@@ -207,6 +216,13 @@ std::string scenario_to_json(const Scenario& s) {
   i["huge_residual"] = x.huge_residual;
   i["extreme_kv"] = x.extreme_kv;
   i["zero_rows"] = x.zero_rows;
+  // the special-value keys only when set (the JSON of older scenarios stays as it was)
+  if (x.special_q) i["special_q"] = true;
+  if (x.special_h_in) i["special_h_in"] = true;
+  if (x.special_kv) i["special_kv"] = true;
+  if (x.special_weights) i["special_weights"] = true;
+  if (!x.nan_weight.empty()) i["nan_weight"] = x.nan_weight;
+  if (!x.zero_attn_rows.empty()) i["zero_attn_rows"] = x.zero_attn_rows;
   j["inject"] = i;
   return j.dump();
 }
@@ -238,6 +254,13 @@ void validate_scenario(const Scenario& s, const Config& cfg, const std::string& 
     if (n < 0 || n > 1000000) bad(w, std::string("inject ") + name + " " + std::to_string(n) + " is outside 0..1000000");
   if (x.repeated_expert < -2 || x.repeated_expert >= cfg.n_routed)
     bad(w, "repeated_expert " + std::to_string(x.repeated_expert) + " is outside 0.." + std::to_string(cfg.n_routed - 1));
+  if (!x.nan_weight.empty() && x.nan_weight != "w_o" && x.nan_weight != "s_o" && x.nan_weight != "g_post" &&
+      x.nan_weight != "w_gate")
+    bad(w, "nan_weight '" + x.nan_weight + "' is none of w_o, s_o, g_post, w_gate");
+  for (int r : x.zero_attn_rows)
+    if (r < 0 || r >= s.tokens) bad(w, "zero_attn_row " + std::to_string(r) + " is outside 0.." + std::to_string(s.tokens - 1));
+  const bool static_kv = s.static_kv_scale == 1 || (s.static_kv_scale == -1 && cfg.static_kv_scale);
+  if (!x.zero_attn_rows.empty() && static_kv) bad(w, "zero_attn_rows needs per-key KV scales (not static_kv_scale)");
 }
 
 void apply_scenario(const Scenario& s, Config& cfg) {
@@ -360,6 +383,16 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
           v = bf16_bits_rne(bf16_to_f32(v) * scale[k % 3]);
         }
     }
+    if (x.special_h_in) {
+      Rng sp(seed, "special_h_in");
+      const uint16_t one[3] = {0x7FC0, 0x7F80, 0xFF80};  // NaN, +Inf, -Inf
+      for (int k = 0; k < S; ++k) {
+        uint16_t* row = &sh.h_in[size_t(k) * H];
+        if (k % 4 < 3) row[sp.range(0, H - 1)] = one[k % 4];
+        else
+          for (int t = 0; t < 64; ++t) row[sp.range(0, H - 1)] = 0x8000;  // -0
+      }
+    }
     for (int k = 0; k < S; ++k)
       if (zero[size_t(k)]) std::fill_n(&sh.h_in[size_t(k) * H], H, uint16_t(0));
   }
@@ -383,6 +416,18 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
             const int d = int(rq.range(0, c.head_dim - 1));
             R0.q[size_t(k) * OK + size_t(h) * c.head_dim + d] = bf16_bits_rne(specials[(t + k + h) % 12]);
           }
+    }
+    if (s.inject.special_q) {
+      Rng sp(seed, "special_q" + rk);
+      // contained: E4M3 NoSaturate keeps them finite (464 ties to 448, 2^-10 to 0)
+      const uint16_t fine[7] = {0x8000, bf16_bits_rne(448.0f), bf16_bits_rne(-448.0f), bf16_bits_rne(464.0f),
+                                bf16_bits_rne(0x1p-10f), bf16_bits_rne(-0x1p-10f), bf16_bits_rne(0x1p-9f)};
+      for (int k = 0; k < S; ++k)
+        for (int h = 3; h < c.heads; ++h)
+          for (int t = 0; t < 7; ++t) R0.q[size_t(k) * OK + size_t(h) * c.head_dim + size_t(sp.range(0, c.head_dim - 1))] = fine[t];
+      // token 0 poisoned: NaN, +Inf, 466 (E4M3 NoSaturate: NaN) in heads 0, 1, 2
+      const uint16_t poison[3] = {0x7FC0, 0x7F80, bf16_bits_rne(466.0f)};
+      for (int h = 0; h < 3; ++h) R0.q[size_t(h) * c.head_dim + size_t(sp.range(0, c.head_dim - 1))] = poison[h];
     }
     for (int k = 0; k < S; ++k)
       if (zero[size_t(k)]) std::fill_n(&R0.q[size_t(k) * OK], OK, uint16_t(0));
@@ -423,9 +468,103 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
           }
         }
     }
+    if (s.inject.special_kv || !s.inject.zero_attn_rows.empty()) {
+      // The keys some row reads (key t of a row's block b: page entry * stride + t / 16 for
+      // b * 128 + t < the row's context): a superset of what the split reads.
+      std::vector<uint8_t> read(size_t(n_pages) * c.page, 0);
+      auto each_key = [&](int k, const std::function<void(size_t)>& fn) {
+        const int64_t ctx = std::max<int32_t>(sh.seq_lens[size_t(k)], 1);
+        for (int b = 0; b < nblk[size_t(k)]; ++b) {
+          const int64_t entry = sh.block_table[size_t(k) * sh.bt_width + b];
+          for (int64_t t = 0; t < c.sparse_block && b * int64_t(c.sparse_block) + t < ctx; ++t)
+            fn(size_t((entry * stride + t / c.page) * c.page + t % c.page));
+        }
+      };
+      for (int k = 0; k < S; ++k) each_key(k, [&](size_t key) { read[key] = 1; });
+      if (s.inject.special_kv) {
+        for (size_t key = 0; key < read.size(); ++key) {
+          const size_t p = key / size_t(c.page);
+          const int t = int(key % size_t(c.page));
+          if (!read[key]) {  // junk: never in an output
+            for (int d = 0; d < c.head_dim; ++d) {
+              R0.k_cache[p * pb + size_t(k_byte(t, d))] = (d % 2) ? 0xFF : 0x7F;
+              R0.v_cache[p * pb + size_t(v_byte(t, d))] = (d % 2) ? 0x7F : 0xFF;
+            }
+            if (!c.static_kv_scale) {
+              R0.k_scale[key] = (t % 2) ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+              R0.v_scale[key] = (t % 2) ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+            }
+          } else if (t < 2) {  // the first keys of a page that is read: -0 scales and codes
+            if (!c.static_kv_scale) (t == 0 ? R0.k_scale : R0.v_scale)[key] = -0.0f;
+            R0.k_cache[p * pb + size_t(k_byte(t, 3))] = 0x80;
+            R0.v_cache[p * pb + size_t(v_byte(t, 5))] = 0x80;
+          }
+        }
+      }
+      for (int k : s.inject.zero_attn_rows) each_key(k, [&](size_t key) { R0.v_scale[key] = 0.0f; });
+    }
     in.ranks.push_back(std::move(R0));
   }
   return in;
+}
+
+namespace {
+
+// Expert 3 of special_weights: an s2 NaN scale, an s13 zero byte, -0 nibbles.
+class InjectedExperts : public ExpertSource {
+ public:
+  InjectedExperts(std::shared_ptr<const ExpertSource> base, const Config& cfg) : base_(std::move(base)), cfg_(cfg) {}
+  std::shared_ptr<const ExpertWeights> expert(int rank, int e) const override {
+    std::shared_ptr<const ExpertWeights> w = base_->expert(rank, e);
+    if (e != kExpert) return w;
+    auto x = std::make_shared<ExpertWeights>(*w);
+    x->s2[size_t(kRow) * size_t(cfg_.inter / 32)] = 0xFF;  // s2[row 7][block 0]: NaN
+    x->s13[1] = 0x00;                                        // s13[row 0][block 1]: 2^-127
+    x->w13[0] = 0x88;                                        // two -0 (E2M1 0x8)
+    x->w2[5] = 0x08;
+    return x;
+  }
+  static constexpr int kExpert = 3, kRow = 7;
+
+ private:
+  std::shared_ptr<const ExpertSource> base_;
+  Config cfg_;
+};
+
+}  // namespace
+
+void apply_weight_injections(LayerWeights& w, const Scenario& s) {
+  const Injections& x = s.inject;
+  if (!x.special_weights && x.nan_weight.empty()) return;
+  const Config& c = w.cfg;
+  const int H = c.hidden, OK = c.o_k();
+  if (x.special_weights) {
+    Rng rng(0, "special_weights");
+    std::vector<size_t> wo, gp, wg;
+    for (int t = 0; t < 64; ++t) wo.push_back(size_t(rng.range(0, int64_t(H) * OK - 1)));
+    for (int t = 0; t < 16; ++t) gp.push_back(size_t(rng.range(0, H - 1)));
+    for (int t = 0; t < 16; ++t) wg.push_back(size_t(rng.range(0, int64_t(c.n_routed) * H - 1)));
+    const size_t inf_at = size_t(1) * H + size_t(rng.range(0, H - 1)), ninf_at = size_t(2) * H + size_t(rng.range(0, H - 1));
+    for (RankWeights& r : w.ranks) {
+      for (size_t i : wo) r.w_o[i] = 0x80;  // -0
+      r.s_o[3] = -0.0f;
+      for (size_t i : gp) r.g_post[i] = 0x8000;
+      for (size_t i : wg) r.w_gate[i] = 0x8000;
+      r.w_gate[inf_at] = 0x7F80;   // +Inf in expert 1's gate row
+      r.w_gate[ninf_at] = 0xFF80;  // -Inf in expert 2's
+      r.bias[3] = std::numeric_limits<float>::quiet_NaN();
+      r.bias[4] = -std::numeric_limits<float>::infinity();
+      r.bias[5] = std::numeric_limits<float>::infinity();
+      r.bias[6] = -0.0f;
+    }
+    w.experts = std::make_shared<InjectedExperts>(w.experts, c);
+  }
+  if (x.nan_weight == "w_o") w.ranks[0].w_o[size_t(5) * OK + 9] = 0x7F;
+  for (RankWeights& r : w.ranks) {
+    if (x.nan_weight == "s_o") r.s_o[5] = std::numeric_limits<float>::quiet_NaN();
+    if (x.nan_weight == "g_post") r.g_post[9] = 0x7FC0;
+    if (x.nan_weight == "w_gate") r.w_gate[size_t(2) * H + 9] = 0x7FC0;
+  }
 }
 
 }  // namespace k4

@@ -11,7 +11,12 @@
 //    "cache_blocks": 256,                  block allocations in the cache at most
 //    "inject": {"score_ties": true, "nan_scores": 2, "neg_zero_scores": 2, "inf_scores": 2,
 //               "repeated_expert": 5 | true, "extreme_q": true, "huge_residual": true,
-//               "extreme_kv": true, "zero_rows": [1]}}
+//               "extreme_kv": true, "zero_rows": [1],
+//               "special_q": true, "special_h_in": true, "special_kv": true,
+//               "special_weights": true, "nan_weight": "w_o", "zero_attn_rows": [2]}}
+// The special-value injections (docs/reliability.md, "Values the model defines"): each puts
+// NaN, Inf or -0 where the contract says what comes of it, and keeps the rest of the step
+// finite, so that a golden shows both the poisoned and the clean values.
 // Contexts: a request's q_len rows are consecutive positions, its last row has the
 // request's context L, row j of it L - (q_len - 1 - j) keys.
 // Block tables: the cache holds min(total blocks, cache_blocks) block allocations in a
@@ -43,6 +48,26 @@ struct Injections {
   bool huge_residual = false;  // h_in rows scaled by 256, 1e20, 1e37
   bool extreme_kv = false;     // K / V codes +-448 and subnormals, scales 0 and large
   std::vector<int> zero_rows;  // q, h_in and index-score rows all zero
+  // q: token 0 gets NaN (head 0), +Inf (head 1) and 466 (head 2, NaN under NoSaturate): the
+  // token is NaN from the merge on (its attn8, o_proj, ...), its route ids are 0..3; every
+  // token gets -0, +-448, 464 (-> 448), +-2^-10 (-> +-0), 2^-9 in the other heads (finite).
+  bool special_q = false;
+  // h_in row k, by k % 4: one NaN (0), one +Inf (1), one -Inf (2) element, or 64 -0 (3).
+  bool special_h_in = false;
+  // K / V NaN codes (0x7F / 0xFF) and NaN / +Inf k / v scales at every key no row reads
+  // (past every row's context: masked by the contract, never in an output); -0 scales and
+  // -0 codes at keys rows read.
+  bool special_kv = false;
+  // Weights, contained: -0 in w_o, s_o (row 3), g_post, w_gate; w_gate +Inf (expert 1) and
+  // -Inf (expert 2) elements; bias NaN (expert 3: every token's first pick), -Inf (4: never
+  // picked), +Inf (5: second pick), -0 (6); expert 3: s2 NaN at hidden row 7 (that row of
+  // every token's FFN partial is NaN), an s13 byte 0, -0 E2M1 nibbles.
+  bool special_weights = false;
+  // One NaN in "w_o" (rank 0), "s_o", "g_post" or "w_gate" (expert 2): what it poisons is
+  // the contract's (docs/reliability.md).
+  std::string nan_weight;
+  // v_scale 0 at every key these rows read: their attention, attn8 and o_proj rows are +0.
+  std::vector<int> zero_attn_rows;
 };
 
 // The most block allocations a scenario's cache may hold (16 pages of 2 KiB each for K and
@@ -71,6 +96,11 @@ void apply_scenario(const Scenario& s, Config& cfg);
 
 // The step's inputs. `w` (optional) lets repeated_expert aim at an expert's gate row.
 StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, const LayerWeights* w = nullptr);
+
+// The weight injections (special_weights, nan_weight) applied to a loaded layer: replicated
+// weights alike in every rank, expert 3 through a wrapping ExpertSource. Call it before
+// make_inputs (repeated_expert aims with the gate it leaves).
+void apply_weight_injections(LayerWeights& w, const Scenario& s);
 
 // Context of each row (seq_lens), as make_inputs draws them.
 std::vector<int32_t> scenario_seq_lens(const Config& cfg, const Scenario& s, uint64_t seed);

@@ -76,8 +76,9 @@ Run add_golden(CLI::App& app) {
     bool force = false, progress = false;
     // scenario options (override the scenario file)
     int tokens = 0, q_len = 0, kv_page_stride = 0, cache_blocks = 0;
-    std::string context, pad_rows, zero_rows, repeated_expert;
+    std::string context, pad_rows, zero_rows, repeated_expert, nan_weight, zero_attn_rows;
     bool static_kv = false, ties = false, extreme_q = false, huge_residual = false, extreme_kv = false;
+    bool special_q = false, special_h_in = false, special_kv = false, special_weights = false;
     int nan_scores = -1, neg_zero_scores = -1, inf_scores = -1;
     std::vector<CLI::Option*> scenario_opts;  // given (count() > 0) or not: 0 is a value, not "absent"
     bool given(const char* name) const {
@@ -116,6 +117,12 @@ Run add_golden(CLI::App& app) {
   so.push_back(g->add_flag("--huge-residual", o->huge_residual, "h_in rows scaled up to 1e37"));
   so.push_back(g->add_flag("--extreme-kv", o->extreme_kv, "K / V codes at +-448 and subnormals, scales 0 and 1e3"));
   so.push_back(g->add_option("--zero-rows", o->zero_rows, "comma-separated rows of all-zero q, h_in and scores"));
+  so.push_back(g->add_flag("--special-q", o->special_q, "q: token 0 NaN / +Inf / 466, every token -0, +-448, 464, +-2^-10"));
+  so.push_back(g->add_flag("--special-h-in", o->special_h_in, "h_in: a NaN, +Inf, -Inf element or 64 -0 a row (row % 4)"));
+  so.push_back(g->add_flag("--special-kv", o->special_kv, "NaN K / V codes and NaN / Inf scales where no row reads, -0 where rows read"));
+  so.push_back(g->add_flag("--special-weights", o->special_weights, "-0, +-Inf and NaN in the weights where their effect is contained"));
+  so.push_back(g->add_option("--nan-weight", o->nan_weight, "one NaN in w_o, s_o, g_post or w_gate"));
+  so.push_back(g->add_option("--zero-attn-rows", o->zero_attn_rows, "comma-separated rows whose keys get v_scale 0 (attention 0)"));
   app.add_option("--kv-form", o->kv_form, "KV pages stored: whole, selected or auto (default: whole up to 8 MiB a rank)")
       ->check(CLI::IsMember({"whole", "selected", "auto"}));
   app.add_option("--threads", o->threads, "OpenMP threads, 1..1024 (default: OMP_NUM_THREADS / all); the bits never depend on it")
@@ -174,6 +181,12 @@ Run add_golden(CLI::App& app) {
       if (o->huge_residual) x.huge_residual = true;
       if (o->extreme_kv) x.extreme_kv = true;
       if (o->given("--zero-rows")) x.zero_rows = int_list(o->zero_rows, "--zero-rows");
+      if (o->special_q) x.special_q = true;
+      if (o->special_h_in) x.special_h_in = true;
+      if (o->special_kv) x.special_kv = true;
+      if (o->special_weights) x.special_weights = true;
+      if (o->given("--nan-weight")) x.nan_weight = o->nan_weight;
+      if (o->given("--zero-attn-rows")) x.zero_attn_rows = int_list(o->zero_attn_rows, "--zero-attn-rows");
       bool options = false;
       for (const CLI::Option* op : o->scenario_opts) options = options || op->count() > 0;
       const std::string where = o->scenario.empty() ? std::string("scenario")
@@ -187,6 +200,7 @@ Run add_golden(CLI::App& app) {
     const auto tw = std::chrono::steady_clock::now();
     LayerWeights w = o->checkpoint.empty() ? synth::synthetic_layer(cfg, o->weight_seed)
                                            : load_checkpoint_layer(o->checkpoint, cfg, o->layer);
+    if (o->inputs.empty()) apply_weight_injections(w, scn);
     const double t_weights = since(tw);
     if (o->inputs.empty()) in = make_inputs(cfg, scn, o->seed, &w);
     // The model.

@@ -866,6 +866,10 @@ TEST_CASE("bad input: scenario file keys: unknown, wrong type, out of range") {
   expect_bad(with(R"({"cache_blocks": 100000})"), {"scenario " + s + ": cache_blocks 100000 is outside 1..16384"});
   expect_bad(with(R"({"inject": {"extreme_q": 1}})"), {"scenario " + s + ": key 'extreme_q' has the wrong type"});
   expect_bad(with("{"), {"scenario " + s + ": not valid JSON"});
+  expect_bad(with(R"({"inject": {"nan_weight": "bias"}})"), {"scenario " + s + ": nan_weight 'bias' is none of w_o, s_o, g_post, w_gate"});
+  expect_bad(with(R"({"tokens": 2, "static_kv_scale": true, "inject": {"zero_attn_rows": [0]}})"),
+             {"scenario " + s + ": zero_attn_rows needs per-key KV scales (not static_kv_scale)"});
+  expect_bad(with(R"({"tokens": 2, "inject": {"zero_attn_rows": [2]}})"), {"scenario " + s + ": zero_attn_row 2 is outside 0..1"});
   CHECK(!fs::exists(out));
 }
 

@@ -25,6 +25,9 @@ packages=(
   libhdf5-dev hdf5-tools libaec-dev zlib1g-dev
   libeigen3-dev doctest-dev nlohmann-json3-dev libcli11-dev
   libomp-dev
+  # fuzzing (scripts/fuzz.sh): clang and its libFuzzer / sanitizer runtimes (libclang_rt.fuzzer;
+  # only a Recommends of clang, which --no-install-recommends skips)
+  clang libclang-rt-14-dev
   # AMD device compiler (Debian's HIP 5.2, clang-15 based): scripts/build-amd.sh
   hipcc
 )

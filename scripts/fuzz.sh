@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# fuzz.sh -- the libFuzzer targets of tests/fuzz (clang, ASan + UBSan), built in build-fuzz/.
+#
+#   scripts/fuzz.sh build                      configure + build build-fuzz (-DK4_FUZZ=ON, clang)
+#   scripts/fuzz.sh run [SECONDS] [TARGET...]  fuzz each target for SECONDS (default 600), one
+#                                              after the other; TARGETs: safetensors golden_reader
+#                                              scenario (the default set) and hdf5_bytes (by name)
+#   scripts/fuzz.sh ci                         build + run each default target K4_FUZZ_CI_SECONDS
+#                                              (default 45): the brief CI run
+#   scripts/fuzz.sh list                       the targets
+#
+# A run of TARGET uses build-fuzz/fuzz-work/TARGET/: corpus/ (the working corpus: what the
+# fuzzer adds; tests/fuzz/corpus/TARGET/ is read as seeds and never written), artifacts/
+# (crash-, leak-, timeout-, oom- files of this run; the previous run's are moved to
+# artifacts.prev/), fuzz.log. libFuzzer options: -max_total_time=SECONDS -timeout=10
+# -rss_limit_mb=2048 (also the malloc limit) -print_final_stats=1, the target's dictionary
+# tests/fuzz/TARGET.dict, -max_len 4096 (hdf5_bytes 32768). Per target it prints executions,
+# exec/s, coverage (cov: edges, ft: features), corpus size and findings; it exits 1 when any
+# target had a finding (reproduce one: build-fuzz/fuzz_TARGET FILE; K4_FUZZ_VERBOSE=1 prints
+# what the input does).
+# Every fuzzer runs under `nice -n 10` with OMP_NUM_THREADS=1.
+# Environment: K4_FUZZ_CXX (clang++), K4_FUZZ_JOBS (build jobs, default 2), K4_FUZZ_CI_SECONDS,
+# K4_FUZZ_FRESH=1 (start from the seeds only: the working corpus is emptied first).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dir=build-fuzz
+cxx=${K4_FUZZ_CXX:-clang++}
+jobs=${K4_FUZZ_JOBS:-2}
+default_targets=(safetensors golden_reader scenario)
+all_targets=(safetensors golden_reader scenario hdf5_bytes)
+
+build() {
+  command -v "$cxx" >/dev/null || { echo "fuzz.sh: $cxx not found (scripts/setup.sh installs clang)" >&2; exit 1; }
+  cmake -S . -B "$dir" -G Ninja -DK4_FUZZ=ON -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_COMPILER="${cxx/clang++/clang}" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g"
+  nice -n 10 cmake --build "$dir" -j "$jobs" --target k4_fuzz_all
+}
+
+# The value of libFuzzer's "stat::NAME: V" final line, or "?".
+stat() { local v; v=$(grep -E "^stat::$1:" "$2" | tail -1 | awk '{print $2}'); echo "${v:-?}"; }
+
+run_one() {  # run_one TARGET SECONDS -> prints one summary line; returns 1 on a finding
+  local t=$1 secs=$2
+  local exe=$dir/fuzz_$t work=$dir/fuzz-work/$t seeds=tests/fuzz/corpus/$t
+  [[ -x $exe ]] || { echo "fuzz.sh: $exe is not built (scripts/fuzz.sh build)" >&2; return 2; }
+  mkdir -p "$work/corpus" "$work/artifacts"
+  [[ ${K4_FUZZ_FRESH:-0} == 1 ]] && find "$work/corpus" -type f -delete
+  rm -rf "$work/artifacts.prev"
+  mv "$work/artifacts" "$work/artifacts.prev"
+  mkdir -p "$work/artifacts"
+  local args=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+              -artifact_prefix="$work/artifacts/")
+  [[ -f tests/fuzz/$t.dict ]] && args+=(-dict="tests/fuzz/$t.dict")
+  if [[ $t == hdf5_bytes ]]; then args+=(-max_len=32768); else args+=(-max_len=4096); fi
+  local dirs=("$work/corpus")
+  [[ -d $seeds ]] && dirs+=("$seeds")
+  echo "fuzz.sh: $t for ${secs} s: $exe ${args[*]} ${dirs[*]}" >&2
+  local rc=0
+  env OMP_NUM_THREADS=1 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    nice -n 10 "$exe" "${args[@]}" "${dirs[@]}" >"$work/fuzz.log" 2>&1 || rc=$?
+  local log=$work/fuzz.log
+  local execs rate units cov ft last
+  execs=$(stat number_of_executed_units "$log")
+  rate=$(stat average_exec_per_sec "$log")
+  last=$(grep -E "^#[0-9]+" "$log" | grep -E "cov: " | tail -1 || true)
+  cov=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$last")
+  ft=$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<<"$last")
+  units=$(find "$work/corpus" -type f | wc -l)
+  local bytes
+  bytes=$(find "$work/corpus" -type f -printf '%s\n' | awk '{s+=$1} END {print s+0}')
+  local findings
+  findings=$(find "$work/artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | sort)
+  local n_find
+  n_find=$(grep -c . <<<"$findings" || true)
+  printf '%-14s %9s execs %7s exec/s  cov %-6s ft %-7s corpus %5s units %8s bytes  findings %s  (exit %d)\n' \
+    "$t" "$execs" "$rate" "${cov:-?}" "${ft:-?}" "$units" "$bytes" "$n_find" "$rc"
+  if [[ $n_find -gt 0 ]]; then
+    sed 's/^/    /' <<<"$findings"
+    grep -E "ERROR: |FINDING|SUMMARY: " "$log" | head -5 | sed 's/^/    /'
+    return 1
+  fi
+  if [[ $rc -ne 0 ]]; then
+    echo "    libFuzzer exited $rc without an artifact: see $log"
+    tail -5 "$log" | sed 's/^/    /'
+    return 1
+  fi
+  return 0
+}
+
+run() {  # run [SECONDS] [TARGET...]
+  local secs=600
+  if [[ $# -gt 0 && $1 =~ ^[0-9]+$ ]]; then secs=$1; shift; fi
+  local targets=("$@")
+  [[ ${#targets[@]} -eq 0 ]] && targets=("${default_targets[@]}")
+  for t in "${targets[@]}"; do
+    [[ " ${all_targets[*]} " == *" $t "* ]] || { echo "fuzz.sh: unknown target '$t' (${all_targets[*]})" >&2; exit 2; }
+  done
+  local failed=0 summary=()
+  for t in "${targets[@]}"; do
+    local line rc=0
+    line=$(run_one "$t" "$secs") || rc=$?
+    echo "$line"
+    summary+=("$line")
+    [[ $rc -ne 0 ]] && failed=1
+  done
+  printf '\nfuzz.sh: summary (%d s a target)\n' "$secs"
+  printf '%s\n' "${summary[@]}" | grep -E "execs" || true
+  return "$failed"
+}
+
+case ${1:-} in
+  build) build ;;
+  run) shift; run "$@" ;;
+  ci) build; run "${K4_FUZZ_CI_SECONDS:-45}" "${default_targets[@]}" ;;
+  list) printf '%s\n' "${all_targets[@]}" ;;
+  -h|--help|"") sed -n '2,25p' "$0"; [[ -n ${1:-} ]] ;;
+  *) echo "fuzz.sh: unknown command '$1' (build, run, ci, list)" >&2; exit 2 ;;
+esac

@@ -93,9 +93,9 @@ Run add_golden(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--preset", o->preset, "config preset (minimax-m3-tp4, small, tiny); optional with --inputs");
   app.add_option("--tp", o->tp, "tensor-parallel ranks (default: the preset's)");
-  app.add_option("--seed", o->seed, "input seed (default 1)")->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o->seed, "input seed (default 1)")->check(non_negative_integer());
   app.add_option("--weight-seed", o->weight_seed, "synthetic weight seed (default 1; ignored with --checkpoint)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_integer());
   app.add_option("--scenario", o->scenario, "scenario JSON file (docs/golden-format.md, 'Scenarios')");
   app.add_option("--inputs", o->inputs, "captured inputs file (K4INPUTS, or a golden's inputs) instead of a scenario");
   auto* g = app.add_option_group("scenario", "scenario options (override --scenario)");

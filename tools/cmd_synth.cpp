@@ -22,7 +22,7 @@ Run add_synth(CLI::App& app) {
   auto o = std::make_shared<Opt>();
   app.add_option("--preset", o->preset, "config preset (minimax-m3-tp4, small, tiny)")->required();
   app.add_option("--tp", o->tp, "tensor-parallel ranks (1, 2, 4, 8; default: the preset's)");
-  app.add_option("--seed", o->seed, "weight seed (default 1)")->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o->seed, "weight seed (default 1)")->check(non_negative_integer());
   app.add_option("--layer", o->layer, "layer index in the tensor names (default 0)")->check(CLI::NonNegativeNumber);
   app.add_option("--out", o->out, "output .safetensors file")->required();
   app.add_flag("--force", o->force, "overwrite an existing output");

@@ -8,6 +8,16 @@
 namespace k4::tools {
 
 using Run = std::function<int()>;
+
+// Digits only ("-1" is refused by name, not wrapped to 2^64 - 1 by the conversion).
+inline CLI::Validator non_negative_integer() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (!s.empty() && s.find_first_not_of("0123456789") == std::string::npos) return "";
+        return "'" + s + "' is not a non-negative integer";
+      },
+      "UINT");
+}
 Run add_synth(CLI::App& app);
 Run add_golden(CLI::App& app);
 Run add_inspect(CLI::App& app);

@@ -888,7 +888,7 @@ TEST_CASE("bad input: bad numbers (--tokens abc, --seed -1, --max x)") {
   NEED_WORLD();
   Case c;
   expect_bad(c.k4("golden --preset tiny --tokens abc --out " + c.path("x.h5")), {"--tokens", "abc"});
-  expect_bad(c.k4("golden --preset tiny --seed -1 --out " + c.path("x.h5")), {"--seed", "-1"});
+  expect_bad(c.k4("golden --preset tiny --seed -1 --out " + c.path("x.h5")), {"--seed: '-1' is not a non-negative integer"});
   expect_bad(c.k4("golden --preset tiny --pad-rows 1,x --out " + c.path("x.h5")), {"--pad-rows: 'x' is not an integer"});
   expect_bad(c.k4("golden --preset tiny --repeated-expert , --out " + c.path("x.h5")), {"--repeated-expert: ',' is not one integer"});
   expect_bad(c.k4("diff " + W.golden + " " + W.dump + " --max x"), {"--max", "x"});

@@ -4,7 +4,7 @@
 # libgomp is not instrumented: TSan would report its internals).
 #
 #   scripts/tsan.sh             configure + build build-tsan/ (k4_tests, k4), then
-#                               ctest -L cpu -LE exhaustive on it
+#                               ctest -L cpu -LE exhaustive -E float64 on it
 #   scripts/tsan.sh build       only the build
 #   scripts/tsan.sh test [ctest args]   only the tests (e.g. -R model)
 #
@@ -47,7 +47,9 @@ test_() {
   fi
   rm -rf "$probe"
   echo "tsan.sh: archer active (OpenMP synchronization known to TSan)"
-  ctest --test-dir "$dir" -L cpu -LE exhaustive --output-on-failure "$@"
+  # float64 (40 steps against plain float64 math) is left out: under TSan it runs for hours on
+  # 2 cores, and its OpenMP regions are run_step's, which model, golden and properties run
+  ctest --test-dir "$dir" -L cpu -LE exhaustive -E float64 --output-on-failure "$@"
 }
 
 case ${1:-all} in

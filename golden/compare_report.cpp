@@ -289,7 +289,8 @@ std::string report_json(const DiffReport& rep) {
     nc.push_back(e);
   }
   j["not_compared"] = nc;
-  return j.dump(2) + "\n";
+  // replace: a dump's own strings (a soft link's target, an attribute) need not be UTF-8 (found by fuzzing)
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace k4::golden

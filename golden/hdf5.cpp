@@ -80,6 +80,14 @@ Handle open_attr(const Object& o, const std::string& name) {
   return Handle(check(H5Aopen(o.id(), name.c_str(), H5P_DEFAULT), "H5Aopen", w, "object"), H5Aclose);
 }
 
+// The attributes of the schema are scalars: reading an array attribute into one value would
+// write past it (found by fuzzing: a 2-element tp attribute).
+void require_scalar(const Handle& a, const Where& w) {
+  Handle s(check(H5Aget_space(a.id()), "H5Aget_space", w, "object"), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(s.id());
+  if (n != 1) throw Error(w.str("object") + ": holds " + std::to_string(n) + " values, expected one (a scalar)");
+}
+
 void delete_attr_if_present(const Object& o, const std::string& name, const Where& w) {
   htri_t ex = check(H5Aexists(o.id(), name.c_str()), "H5Aexists", w, "object");
   if (ex > 0) check(H5Adelete(o.id(), name.c_str()), "H5Adelete", w, "object");
@@ -202,6 +210,7 @@ std::string Object::attr_kind(const std::string& name) const {
 std::string Object::attr_string(const std::string& name) const {
   Handle a = open_attr(*this, name);
   Where w{file(), path() + " attribute " + name};
+  require_scalar(a, w);
   Handle t(check(H5Aget_type(a.id()), "H5Aget_type", w, "object"), H5Tclose);
   if (H5Tget_class(t.id()) != H5T_STRING) throw Error(w.str("object") + ": is not a string");
   htri_t var = check(H5Tis_variable_str(t.id()), "H5Tis_variable_str", w, "object");
@@ -224,6 +233,7 @@ std::string Object::attr_string(const std::string& name) const {
 int64_t Object::attr_int(const std::string& name) const {
   Handle a = open_attr(*this, name);
   Where w{file(), path() + " attribute " + name};
+  require_scalar(a, w);
   Handle t(check(H5Aget_type(a.id()), "H5Aget_type", w, "object"), H5Tclose);
   if (H5Tget_class(t.id()) != H5T_INTEGER) throw Error(w.str("object") + ": is not an integer");
   int64_t v = 0;
@@ -234,6 +244,7 @@ int64_t Object::attr_int(const std::string& name) const {
 double Object::attr_double(const std::string& name) const {
   Handle a = open_attr(*this, name);
   Where w{file(), path() + " attribute " + name};
+  require_scalar(a, w);
   Handle t(check(H5Aget_type(a.id()), "H5Aget_type", w, "object"), H5Tclose);
   const H5T_class_t c = H5Tget_class(t.id());
   if (c != H5T_FLOAT && c != H5T_INTEGER) throw Error(w.str("object") + ": is not a number");
@@ -350,8 +361,14 @@ Group Group::require_group(const std::string& name) const {
   return exists(name) ? open_group(name) : create_group(name);
 }
 
-bool Group::exists(const std::string& name) const {
-  Where w{file(), child_path(name)};
+namespace {
+// Group::exists, following soft-link targets (at most `budget` of them in all: a loop of soft
+// links dangles) to refuse an external link that a soft link leads through. *resolves: false
+// when the last link is a soft link whose target is not there (HDF5's H5Oexists_by_name fails
+// on such a link, instead of answering false, when the target's parent group is missing too).
+bool exists_at(const Group& g, const std::string& name, int& budget, bool* resolves) {
+  if (resolves) *resolves = true;
+  Where w{g.file(), g.child_path(name)};
   // Walk the path so that a missing intermediate group is "absent", not an error.
   std::string acc = (!name.empty() && name[0] == '/') ? "/" : "";
   size_t i = acc.size();
@@ -359,10 +376,38 @@ bool Group::exists(const std::string& name) const {
     size_t j = name.find('/', i);
     if (j == std::string::npos) j = name.size();
     if (j > i) {
+      const std::string parent = acc;
       acc += name.substr(i, j - i);
-      if (check(H5Lexists(id(), acc.c_str(), H5P_DEFAULT), "H5Lexists", w, "object") <= 0) return false;
+      if (check(H5Lexists(g.id(), acc.c_str(), H5P_DEFAULT), "H5Lexists", w, "object") <= 0) return false;
+      // Goldens and dumps hold hard and soft links only: an external link would make every
+      // read open another file (found by fuzzing: a dump whose /rank1 linked into a golden
+      // took seconds a tensor).
+      H5L_info_t li;
+      check(H5Lget_info(g.id(), acc.c_str(), &li, H5P_DEFAULT), "H5Lget_info", w, "link");
+      if (li.type != H5L_TYPE_HARD && li.type != H5L_TYPE_SOFT) {
+        std::string what = "a user-defined link";
+        if (li.type == H5L_TYPE_EXTERNAL) {
+          std::string buf(li.u.val_size, '\0');
+          const char *ef = nullptr, *eo = nullptr;
+          unsigned flags = 0;
+          what = "an external link";
+          if (H5Lget_val(g.id(), acc.c_str(), buf.data(), buf.size(), H5P_DEFAULT) >= 0 &&
+              H5Lunpack_elink_val(buf.data(), buf.size(), &flags, &ef, &eo) >= 0 && ef && eo)
+            what += std::string(" to ") + ef + ":" + eo;
+        }
+        throw Error(Where{g.file(), g.child_path(acc)}.str("link") + ": is " + what +
+                    "; goldens and dumps hold hard and soft links only");
+      }
+      if (li.type == H5L_TYPE_SOFT) {
+        const std::string t = g.soft_target(acc);
+        bool sub = true;  // throws on an external link on the way; a loop runs out of budget: dangling
+        if (--budget < 0 || !exists_at(g, t.empty() || t[0] == '/' ? t : parent + t, budget, &sub) || !sub) {
+          if (j < name.size()) return false;  // a dangling link on the way: nothing below it
+          if (resolves) *resolves = false;    // the last link dangles
+        }
+      }
       if (j < name.size() &&
-          check(H5Oexists_by_name(id(), acc.c_str(), H5P_DEFAULT), "H5Oexists_by_name", w, "object") <= 0)
+          check(H5Oexists_by_name(g.id(), acc.c_str(), H5P_DEFAULT), "H5Oexists_by_name", w, "object") <= 0)
         return false;
       acc += "/";
     }
@@ -370,9 +415,17 @@ bool Group::exists(const std::string& name) const {
   }
   return true;
 }
+}  // namespace
+
+bool Group::exists(const std::string& name) const {
+  int budget = 64;
+  return exists_at(*this, name, budget, nullptr);
+}
 
 bool Group::resolves(const std::string& name) const {
-  if (!exists(name)) return false;
+  int budget = 64;
+  bool r = true;
+  if (!exists_at(*this, name, budget, &r) || !r) return false;
   Where w{file(), child_path(name)};
   return check(H5Oexists_by_name(id(), name.c_str(), H5P_DEFAULT), "H5Oexists_by_name", w, "object") > 0;
 }

@@ -241,6 +241,36 @@ void validate_scenario(const Scenario& s, const Config& cfg, const std::string& 
   for (const std::string& c : s.context) draw_context(cfg, c, probe, w);
   for (int r : s.pad_rows)
     if (r < 0 || r >= s.tokens) bad(w, "pad row " + std::to_string(r) + " is outside 0.." + std::to_string(s.tokens - 1));
+  // Every row of a request takes the path of its last row (plan_rows), and the long path
+  // needs each of its rows long: in a request of q_len > 1 rows, the rows are all long or
+  // none, and a pad row (one key) is not long. (Found by fuzzing: a pad row in a long request
+  // gave inputs that validate_inputs refuses.)
+  if (s.q_len > 1) {
+    const int64_t medium_max = int64_t(cfg.long_from_blocks()) * cfg.sparse_block;
+    const bool per_row = s.context.size() == size_t(s.tokens) && req != size_t(s.tokens);
+    auto spec_of = [&](int k) -> const std::string& {
+      return per_row ? s.context[size_t(k)] : s.context.size() == 1 ? s.context[0] : s.context[size_t(k / s.q_len)];
+    };
+    auto is_long = [&](int k) {
+      if (std::find(s.pad_rows.begin(), s.pad_rows.end(), k) != s.pad_rows.end()) return false;
+      const std::string& c = spec_of(k);
+      if (c == "long") return true;
+      if (c == "short" || c == "medium") return false;
+      return (c == "max" ? int64_t(cfg.max_context) : int64_t(std::stoll(c))) > medium_max;
+    };
+    auto what = [&](int k) {
+      const bool pad = std::find(s.pad_rows.begin(), s.pad_rows.end(), k) != s.pad_rows.end();
+      return "row " + std::to_string(k) + (pad ? " (a pad row)" : " (context '" + spec_of(k) + "')");
+    };
+    for (int r0 = 0; r0 < s.tokens; r0 += s.q_len)
+      for (int k = r0; k < r0 + s.q_len; ++k)
+        if (is_long(k) != is_long(r0 + s.q_len - 1))
+          bad(w, "request " + std::to_string(r0 / s.q_len) + " (rows " + std::to_string(r0) + ".." +
+                     std::to_string(r0 + s.q_len - 1) + ") mixes long and not-long rows: " + what(k) + " is " +
+                     (is_long(k) ? "" : "not ") + "long, its last " + what(r0 + s.q_len - 1) + " is " +
+                     (is_long(k) ? "not " : "") + "long; a request's rows all take its last row's path, and the long "
+                     "path (more than " + std::to_string(cfg.long_from_blocks()) + " blocks) needs every row long");
+  }
   for (int r : s.inject.zero_rows)
     if (r < 0 || r >= s.tokens) bad(w, "zero row " + std::to_string(r) + " is outside 0.." + std::to_string(s.tokens - 1));
   if (s.kv_page_stride != -1 && s.kv_page_stride != 8 && s.kv_page_stride != 16)

@@ -1,6 +1,8 @@
 #include "reference/config.hpp"
 
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace k4 {
 namespace {
@@ -13,6 +15,21 @@ void require(bool ok, const Config& c, const std::string& rule) {
 
 void Config::validate() const {
   const Config& c = *this;
+  // The counts first, each positive and small enough that the rules below, which divide by
+  // them and multiply them, cannot divide by zero or overflow an int (found by fuzzing: a
+  // golden whose config said ug_rows = 0 divided by zero here).
+  const std::pair<const char*, int> counts[] = {
+      {"heads", heads},       {"head_dim", head_dim},       {"hidden", hidden},   {"n_routed", n_routed},
+      {"top_k", top_k},       {"inter", inter},             {"sparse_block", sparse_block},
+      {"topk_blocks", topk_blocks}, {"page", page},         {"n_split", n_split}, {"max_tokens", max_tokens},
+      {"waves", waves},       {"lanes", lanes},             {"o_rows", o_rows},   {"dn_rows", dn_rows},
+      {"ug_rows", ug_rows},   {"sh_rows", sh_rows},         {"local_blocks", local_blocks},
+      {"max_context", max_context}};
+  for (const auto& [name, v] : counts)
+    require(v >= 1 && v <= (std::string(name) == "max_context" ? (1 << 30) : (1 << 15)), c,
+            std::string(name) + " = " + std::to_string(v) + " is outside 1.." +
+                (std::string(name) == "max_context" ? "2^30" : "32768"));
+  require(init_blocks >= 0 && init_blocks <= (1 << 15), c, "init_blocks = " + std::to_string(init_blocks) + " is outside 0..32768");
   require(lanes == 64 && waves == 8, c, "waves must be 8 of 64 lanes (THREADS = 512): the seed's reductions are written for them");
   require(head_dim == 128, c, "head_dim must be 128 (QK runs HEAD_DIM/32 = 4 MFMA chunks, PV 8 column tiles)");
   require(heads == 16, c, "heads must be 16 a rank (the MFMA's 16 rows are the heads)");

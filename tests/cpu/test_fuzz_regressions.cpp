@@ -261,4 +261,33 @@ TEST_CASE("fuzz regression: a dump's non-UTF-8 soft-link target gives a JSON rep
   CHECK(golden::report_text(r2).find("oproj/outputs/a") != std::string::npos);
 }
 
+TEST_CASE("fuzz regression: config counts that are zero or huge are refused before validate divides by them") {
+  // Found: golden_reader, 600 s run 3 (UBSan division by zero, reference/config.cpp): a golden
+  // whose config JSON said ug_rows = 0; validate() computed inter % (2 * ug_rows). n_split = 0,
+  // n_routed = top_k = 0 divided by zero the same way, and topk_blocks * sparse_block or
+  // init_blocks + local_blocks could overflow an int.
+  const std::string prog = bases().replay(regressions("golden_reader") / "config_ug_rows_zero", "config_ug_rows_zero.h5");
+  CHECK_THROWS_WITH_AS(golden::GoldenReader{prog}, doctest::Contains("config 'tiny': ug_rows = 0 is outside 1..32768"),
+                       golden::FormatError);
+  struct Case {
+    void (*set)(Config&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](Config& c) { c.ug_rows = 0; }, "config 'tiny': ug_rows = 0 is outside 1..32768"},
+      {[](Config& c) { c.n_split = 0; }, "config 'tiny': n_split = 0 is outside 1..32768"},
+      {[](Config& c) { c.n_routed = 0, c.top_k = 0; }, "config 'tiny': n_routed = 0 is outside 1..32768"},
+      {[](Config& c) { c.topk_blocks = 1 << 20, c.sparse_block = 1 << 12; }, "config 'tiny': topk_blocks = 1048576 is outside 1..32768"},
+      {[](Config& c) { c.init_blocks = 2147483647; }, "config 'tiny': init_blocks = 2147483647 is outside 0..32768"},
+      {[](Config& c) { c.max_context = -128; }, "config 'tiny': max_context = -128 is outside 1..2^30"},
+      {[](Config& c) { c.inter = 1 << 30; }, "config 'tiny': inter = 1073741824 is outside 1..32768"},
+  };
+  for (const Case& k : cases) {
+    Config c = preset("tiny");
+    k.set(c);
+    CHECK_THROWS_WITH_AS(c.validate(), k.message, std::invalid_argument);
+  }
+  for (const std::string& p : preset_names()) CHECK_NOTHROW(preset(p).validate());
+}
+
 }  // TEST_SUITE fuzz_regressions

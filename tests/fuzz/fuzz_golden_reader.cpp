@@ -3,17 +3,18 @@
 // edited through the HDF5 API.
 //
 // Feeds: an edit program (tests/fuzz/golden_edits.hpp documents the bytes): it picks one of
-// four small valid bases (tiny-preset goldens at TP 1 and TP 2, whole and selected KV, and
-// dumps of them; written once a process into a tmpfs directory), copies it, and applies up
+// five small valid bases (tiny-preset goldens at TP 1 and TP 2, whole and selected KV, dumps
+// of them, an inputs file; written once a process into a tmpfs directory), copies it, and applies up
 // to 64 edits through the HDF5 C API: deleted datasets, groups, links and attributes;
 // datasets replaced by others of another element type, rank or shape; attributes set to
 // other values or kinds (magic, schema_version, tp, tokens, n_pages, kv_form, dtype, ...);
 // the config JSON edited; values changed inside datasets (seq_lens, block_table, page ids,
 // expert_ids, route ids, sparse tables, ...); soft, hard and external links redirected;
 // groups copied; the file truncated. Then the copy is read: GoldenReader (every stage of
-// every rank, every stored expert), DumpReader (every schema dataset), and diff_files of the
-// pristine golden against it and of it (as the golden) against a pristine dump, with replay
-// when the flag byte says so (the reference stages then run on the edited tensors).
+// every rank, every stored expert), read_inputs_file, DumpReader (every schema dataset), and
+// diff_files of the pristine golden against it and of it (as the golden) against a pristine
+// dump, with replay when the flag byte says so (the reference stages then run on the edited
+// tensors); one deep read an input, chosen by the flag byte (golden_edits.hpp, exercise()).
 // HDF5's own parser is not the target (the file stays well-formed HDF5 unless truncated):
 // fuzz_hdf5_bytes.cpp mutates raw bytes.
 // Not findings: FormatError / std::invalid_argument (bad input, exit 2) and

@@ -8,9 +8,10 @@
 //   1 golden tp 2, S 1, selected KV, static KV scale, kv_page_stride 8 (contexts 2100)
 //   2 dump of base 0, every stage
 //   3 dump of base 1, rank 1 only, stages split and moe, moe/outputs/gate left out
+//   4 inputs file (K4INPUTS, write_inputs_file) of base 0's inputs
 //
 // Edit program (the fuzz input, read front to back by Bytes; an exhausted input reads 0):
-//   byte 0     base (mod 4)
+//   byte 0     base (mod 5)
 //   byte 1     reader flags (exercise() below): bits 1-2 the deep read, bit 0 replay
 //   then ops:  byte op (mod kOps) and its arguments, until the input ends (at most 64 ops):
 //     0 delete a link (dataset, group or soft link)      8 set an element of a targeted dataset
@@ -63,6 +64,7 @@ struct Inventory {
 struct Base {
   std::string name, path;
   bool golden = false;
+  bool inputs = false;  // an inputs file (K4INPUTS)
   int tp = 1;
   std::string pristine_golden;  // the golden this file is (or is a dump of)
   std::string pristine_dump;    // a dump of that golden (diff with the edited golden as golden side)
@@ -144,6 +146,7 @@ inline std::map<std::string, std::vector<uint64_t>> shapes_of(const std::string&
 // The bases, written into dir (which must exist).
 inline World make_world(const std::string& dir) {
   World w;
+  StepInputs in0;
   auto golden_of = [&](int tp, const Scenario& scn0, const std::string& kv_form, const std::string& name,
                        StepResult& res_out, Config& cfg_out) {
     Config cfg = preset("tiny", tp);
@@ -162,6 +165,7 @@ inline World make_world(const std::string& dir) {
     const std::string p = dir + "/" + name;
     golden::write_golden(p, lw, in, res_out, meta, wo);
     cfg_out = cfg;
+    if (tp == 1) in0 = in;
     return p;
   };
   Scenario s0;
@@ -185,10 +189,13 @@ inline World make_world(const std::string& dir) {
   sel.stages = {"split", "moe"};
   sel.omit = {"moe/outputs/gate"};
   golden::write_dump(d1, c1, 1, r1, sel, true);
-  w.bases.push_back({"golden_tp1", g0, true, 1, g0, d0, {}, {}});
-  w.bases.push_back({"golden_tp2", g1, true, 2, g1, d1, {}, {}});
-  w.bases.push_back({"dump_tp1", d0, false, 1, g0, d0, {}, {}});
-  w.bases.push_back({"dump_tp2", d1, false, 2, g1, d1, {}, {}});
+  const std::string i0 = dir + "/inputs_tp1.h5";
+  golden::write_inputs_file(i0, c0, in0, true);
+  w.bases.push_back({"golden_tp1", g0, true, false, 1, g0, d0, {}, {}});
+  w.bases.push_back({"golden_tp2", g1, true, false, 2, g1, d1, {}, {}});
+  w.bases.push_back({"dump_tp1", d0, false, false, 1, g0, d0, {}, {}});
+  w.bases.push_back({"dump_tp2", d1, false, false, 2, g1, d1, {}, {}});
+  w.bases.push_back({"inputs_tp1", i0, false, true, 1, g0, d0, {}, {}});
   for (Base& b : w.bases) b.inv = inventory(b.path);
   for (Base& b : w.bases) b.shapes = shapes_of(b.pristine_golden, inventory(b.pristine_golden));
   return w;
@@ -756,20 +763,34 @@ inline void diff_and_report(const std::string& golden_path, const std::string& d
 // The readers on the edited copy `path` of `base`; a finding aborts. Every input opens the
 // file with the readers that validate (GoldenReader for a golden, DumpReader); flags bits
 // 1-2 pick one deep read (a golden's data is megabytes: one a run keeps the fuzzer fast):
-//   0 GoldenReader: every stage of every rank     (a dump: diff_files, as 1)
+//   0 GoldenReader: every stage of every rank, and read_inputs_file (a dump: diff_files, as 1)
 //   1 diff_files(pristine golden, edited)
 //   2 diff_files(edited, pristine dump)            (a dump: DumpReader of every dataset, as 3)
 //   3 DumpReader of every schema dataset at the pristine golden's shapes
-// and bit 0 turns replay on for the diffs.
+// and bit 0 turns replay on for the diffs. An inputs file (base 4) gets read_inputs_file and
+// validate_inputs on what it holds.
 inline void exercise(const Base& base, const std::string& path, uint8_t flags) {
   const unsigned ok = kInvalidArgument | kRuntimeError;
   const bool replay = flags & 1;
+  auto inputs = [&] {
+    Config c;
+    const StepInputs in = golden::read_inputs_file(path, &c);
+    validate_inputs(in, c);
+  };
+  if (base.inputs) {  // an inputs file: what k4 golden --inputs reads; the golden readers refuse it
+    expect_clean("read_inputs_file", ok, inputs);
+    expect_clean("DumpReader open", ok, [&] { golden::DumpReader d(path, "dump"); });
+    return;
+  }
   int deep = (flags >> 1) & 3;
   if (!base.golden) deep = deep <= 1 ? 1 : 3;
   if (base.golden && deep != 0) expect_clean("GoldenReader open", ok, [&] { golden::GoldenReader gr(path); });
   expect_clean("DumpReader open", ok, [&] { golden::DumpReader d(path, "dump"); });
   switch (deep) {
-    case 0: expect_clean("GoldenReader", ok, [&] { read_golden(path); }); break;
+    case 0:
+      expect_clean("GoldenReader", ok, [&] { read_golden(path); });
+      expect_clean("read_inputs_file (a golden's inputs)", ok, inputs);
+      break;
     case 1:
       expect_clean("diff_files(pristine golden, edited)", ok, [&] { diff_and_report(base.pristine_golden, path, replay); });
       break;

@@ -239,7 +239,7 @@ class Prog:
 
 def golden_reader(bases):
     d = reset("golden_reader")
-    g1, g2, d1, d2 = bases
+    g1, g2, d1, d2, i1 = bases
     n = 0
 
     def add(name, prog):
@@ -247,8 +247,8 @@ def golden_reader(bases):
         put(d, "%02d_%s" % (n, name), prog.b)
         n += 1
 
-    for base in range(4):
-        for flags in range(8):
+    for base in range(5):
+        for flags in range(8 if base < 4 else 1):
             add("base%d_flags%d" % (base, flags), Prog(bases[base], base, flags))
     r0s = "/rank0/split/inputs"
     add("tp1_n_pages_big", Prog(g1, 0, 0).set_int(r0s, "n_pages", 1 << 26))
@@ -295,6 +295,11 @@ def golden_reader(bases):
     add("dump1_no_config", Prog(d1, 2, 0).delete_attr("/", "config"))
     add("dump1_x_scale_nan", Prog(d1, 2, 1).set_elems("/rank0/merge/outputs/x_scale", 0, [0x7FC00000]))
     add("dump2_gate_back", Prog(d2, 3, 1).copy("/rank1/moe/outputs/up", 1))
+    add("inputs_n_pages_big", Prog(i1, 4, 0).set_int("/rank0/inputs", "n_pages", 1 << 40))
+    add("inputs_magic_golden", Prog(i1, 4, 0).set_str("/", "magic", "K4GOLDEN"))
+    add("inputs_delete_k_cache", Prog(i1, 4, 0).delete_link("/rank0/inputs/k_cache"))
+    add("inputs_block_table_big", Prog(i1, 4, 0).set_elems("/inputs/block_table", 1, [1 << 30]))
+    add("inputs_config_tp2", Prog(i1, 4, 0).config_int("tp", 2).set_int("/", "tp", 2))
     add("dump2_rank0_copy", Prog(d2, 3, 1).copy("/rank1", 0))
 
 

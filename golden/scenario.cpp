@@ -101,9 +101,19 @@ int blocks_of(const Config& c, int64_t keys) {
 int64_t draw_context(const Config& c, const std::string& spec, Rng& rng, const std::string& where) {
   const int64_t blk = c.sparse_block, short_max = int64_t(c.topk_blocks) * blk,
                 medium_max = int64_t(c.long_from_blocks()) * blk, max = c.max_context;
-  if (spec == "short") return rng.range(1, short_max);
-  if (spec == "medium") return rng.range(short_max + 1, medium_max);
-  if (spec == "long") return rng.range(medium_max + 1, max);
+  // A config's max_context may be below a helper's range (found by review with the scenario
+  // fuzz target's configs: "long" with max_context 65536 divided by zero in Rng::range, and
+  // "medium" drew contexts past max_context).
+  auto helper = [&](int64_t lo, int64_t hi) {
+    hi = std::min(hi, max);
+    if (lo > hi)
+      bad(where, "context '" + spec + "' needs more than " + std::to_string(lo - 1) + " keys, past the config's max_context " +
+                     std::to_string(max));
+    return rng.range(lo, hi);
+  };
+  if (spec == "short") return helper(1, short_max);
+  if (spec == "medium") return helper(short_max + 1, medium_max);
+  if (spec == "long") return helper(medium_max + 1, max);
   if (spec == "max") return max;
   size_t used = 0;
   long long v = 0;
@@ -194,7 +204,9 @@ std::string scenario_to_json(const Scenario& s) {
   j["q_len"] = s.q_len;
   nlohmann::ordered_json ctx = nlohmann::ordered_json::array();
   for (const std::string& c : s.context) {
-    bool num = !c.empty() && std::all_of(c.begin(), c.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    // a key count as a number; digits past the int64 range stay a string (std::stoll would
+    // throw std::out_of_range: found by fuzzing; validate_scenario refuses such a context)
+    bool num = !c.empty() && c.size() <= 18 && std::all_of(c.begin(), c.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
     if (num) ctx.push_back(std::stoll(c));
     else ctx.push_back(c);
   }

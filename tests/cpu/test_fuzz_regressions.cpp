@@ -290,4 +290,58 @@ TEST_CASE("fuzz regression: config counts that are zero or huge are refused befo
   for (const std::string& p : preset_names()) CHECK_NOTHROW(preset(p).validate());
 }
 
+TEST_CASE("fuzz regression: a context of digits past int64 survives scenario_to_json (was std::out_of_range)") {
+  // Found: scenario, 600 s run 4: {"context": ["1004999...9"]} (114 digits) parsed; the round
+  // trip's scenario_to_json called std::stoll on it. Now it stays a string (validate_scenario
+  // refuses it as a key count).
+  const std::string text = fuzz::read_file((regressions("scenario") / "context_digits_past_int64").string());
+  const Scenario s = scenario_from_json(text, "fuzz");
+  std::string j;
+  REQUIRE_NOTHROW(j = scenario_to_json(s));
+  CHECK(scenario_to_json(scenario_from_json(j, "again")) == j);
+  CHECK_THROWS_WITH_AS(validate_scenario(s, preset("tiny")), doctest::Contains("is neither a key count in 0..1048576"),
+                       std::invalid_argument);
+  CHECK(scenario_to_json(scenario_from_json(R"({"context": [123456789012345678]})", "t")).find("[123456789012345678]") !=
+        std::string::npos);
+}
+
+TEST_CASE("review finding: short / medium / long with a config whose max_context is below their range") {
+  // Found while writing the scenario target (its configs may change max_context), not by a
+  // run: "long" with max_context 65536 divided by zero in Rng::range; "medium" with max_context
+  // 16384 drew up to 65536 keys (validate_inputs: "seq_lens[0]: 35058 is outside 0..16384").
+  Config c = preset("tiny", 1);
+  c.max_context = 65536;
+  REQUIRE_NOTHROW(c.validate());
+  CHECK_THROWS_WITH_AS(validate_scenario(scenario_from_json(R"({"context": "long"})", "t"), c),
+                       "scenario: context 'long' needs more than 65536 keys, past the config's max_context 65536",
+                       std::invalid_argument);
+  c.max_context = 1024;
+  CHECK_THROWS_WITH_AS(validate_scenario(scenario_from_json(R"({"context": "medium"})", "t"), c),
+                       "scenario: context 'medium' needs more than 2048 keys, past the config's max_context 1024",
+                       std::invalid_argument);
+  for (int max : {1024, 16384}) {
+    c.max_context = max;
+    for (const char* spec : {"short", "medium"}) {
+      if (max == 1024 && std::string(spec) == "medium") continue;
+      CAPTURE(max);
+      CAPTURE(spec);
+      Scenario s = scenario_from_json(std::string(R"({"tokens": 16, "context": ")") + spec + "\"}", "t");
+      const StepInputs in = make_inputs(c, s, 3);
+      CHECK_NOTHROW(validate_inputs(in, c));
+      for (int32_t L : in.shared.seq_lens) CHECK(L <= max);
+    }
+  }
+}
+
+TEST_CASE("fuzz finding in libhdf5: a corrupt length makes HDF5 ask malloc for 40 TB; the readers report an error") {
+  // Found: hdf5_bytes, 600 s run 1: H5C_protect malloc(0x250000000058) from a corrupt
+  // metadata length. Inside libhdf5 (not fixed here): ASan aborts on the request, a normal
+  // build's malloc returns NULL, HDF5 fails the call, and the readers say so.
+  const std::string p = (regressions("hdf5_bytes") / "hdf5_h5c_protect_huge_malloc").string();
+  CHECK_THROWS_AS(golden::GoldenReader{p}, golden::FormatError);
+  golden::DiffOptions opt;
+  CHECK_THROWS_WITH_AS(golden::diff_files(bases().world.bases[0].pristine_golden, p, opt),
+                       doctest::Contains("H5Lexists failed"), golden::FormatError);
+}
+
 }  // TEST_SUITE fuzz_regressions

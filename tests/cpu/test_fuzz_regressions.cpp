@@ -290,6 +290,29 @@ TEST_CASE("fuzz regression: config counts that are zero or huge are refused befo
   for (const std::string& p : preset_names()) CHECK_NOTHROW(preset(p).validate());
 }
 
+TEST_CASE("fuzz regression: replay checks a dump's index inputs before select_blocks reads by them (was UB / OOB)") {
+  // Found: golden_reader, final 600 s run (UBSan signed overflow in index.cpp place()): an
+  // edited golden diffed as a dump with replay, its /inputs/block_table filled with 0x706c...:
+  // the index replay ran select_blocks on it unchecked, page * kv_page_stride overflowed. The
+  // same with seq_lens = 2^28 read index_scores out of bounds (ASan, select_long_candidates).
+  golden::DiffOptions opt;
+  opt.replay = true;
+  const std::string golden = bases().world.bases[0].pristine_golden;
+  auto index_step = [&](const std::string& dump) {
+    const golden::DiffReport rep = golden::diff_files(golden, dump, opt);
+    for (const golden::StageDiff& sd : rep.stages)
+      if (sd.stage == "index" && sd.rank == 0 && !sd.replay.steps.empty()) return sd.replay.steps[0];
+    FAIL("no index replay step");
+    return golden::ReplayStep{};
+  };
+  const golden::ReplayStep a = index_step(bases().replay(regressions("golden_reader") / "replay_block_table_overflow", "r1.h5"));
+  CHECK(!a.recomputed);
+  CHECK_MESSAGE(a.not_replayed.find("inputs: block_table[0][0]: entry ") == 0, a.not_replayed);
+  CHECK_MESSAGE(a.not_replayed.find(", the rank0/cache has 56") != std::string::npos, a.not_replayed);
+  const golden::ReplayStep b = index_step(bases().replay(regressions("golden_reader") / "replay_seq_lens_huge", "r2.h5"));
+  CHECK(b.not_replayed == "inputs: seq_lens[0]: 268435456 is outside 0..1048576");
+}
+
 TEST_CASE("fuzz regression: a context of digits past int64 survives scenario_to_json (was std::out_of_range)") {
   // Found: scenario, 600 s run 4: {"context": ["1004999...9"]} (114 digits) parsed; the round
   // trip's scenario_to_json called std::stoll on it. Now it stays a string (validate_scenario

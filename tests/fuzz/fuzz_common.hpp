@@ -33,9 +33,24 @@ class Bytes {
   bool empty() const { return i_ >= n_; }
   size_t left() const { return n_ - i_; }
   uint8_t u8() { return i_ < n_ ? d_[i_++] : 0; }
-  uint16_t u16() { return uint16_t(u8() | (uint16_t(u8()) << 8)); }
-  uint32_t u32() { return uint32_t(u16()) | (uint32_t(u16()) << 16); }
-  uint64_t u64() { return uint64_t(u32()) | (uint64_t(u32()) << 32); }
+  // Little-endian, the low part read first. The reads are sequenced by statements: the
+  // operands of | are unsequenced, and gcc -O1 and -O3 took the bytes in different orders, so
+  // one checked-in input meant different edits in the ASan and the release build.
+  uint16_t u16() {
+    const uint16_t lo = u8();
+    const uint16_t hi = u8();
+    return uint16_t(lo | (hi << 8));
+  }
+  uint32_t u32() {
+    const uint32_t lo = u16();
+    const uint32_t hi = u16();
+    return lo | (hi << 16);
+  }
+  uint64_t u64() {
+    const uint64_t lo = u32();
+    const uint64_t hi = u32();
+    return lo | (hi << 32);
+  }
   // n bytes (fewer at the end of the input).
   std::string take(size_t n) {
     n = std::min(n, left());

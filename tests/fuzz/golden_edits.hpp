@@ -501,7 +501,9 @@ inline void edit_config(hid_t f, Bytes& b) {
     const uint8_t x = b.u8();
     j = nlohmann::json::parse(golden::config_to_json(preset(kPresets[x % 3], 1 << ((x >> 2) % 4))));
   } else {
-    put_string_attr(f, "config", b.str(200), (b.u8() & 1) != 0);
+    const std::string text = b.str(200);  // read before the flag: arguments are unsequenced
+    const bool flag = (b.u8() & 1) != 0;
+    put_string_attr(f, "config", text, flag);
     return;
   }
   put_string_attr(f, "config", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), false);

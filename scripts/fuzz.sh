@@ -6,28 +6,36 @@
 #                                              after the other; TARGETs: safetensors golden_reader
 #                                              scenario (the default set) and hdf5_bytes (by name)
 #   scripts/fuzz.sh ci                         build + run each default target K4_FUZZ_CI_SECONDS
-#                                              (default 45): the brief CI run
+#                                              (default 45) from the seeds only (its own,
+#                                              emptied work directory build-fuzz/fuzz-ci/): the
+#                                              brief CI run: 2.5 min after the build (a build
+#                                              from scratch: 3.5-4 min on 2 cores)
 #   scripts/fuzz.sh list                       the targets
 #
 # A run of TARGET uses build-fuzz/fuzz-work/TARGET/: corpus/ (the working corpus: what the
 # fuzzer adds; tests/fuzz/corpus/TARGET/ is read as seeds and never written), artifacts/
 # (crash-, leak-, timeout-, oom- files of this run; the previous run's are moved to
-# artifacts.prev/), fuzz.log. libFuzzer options: -max_total_time=SECONDS -timeout=10
-# -rss_limit_mb=2048 (also the malloc limit) -print_final_stats=1, the target's dictionary
-# tests/fuzz/TARGET.dict, -max_len 4096 (hdf5_bytes: 32768, and libhdf5's malloc may fail as
-# in production: ASAN_OPTIONS=allocator_may_return_null=1, no malloc limit). Per target it prints executions,
-# exec/s, coverage (cov: edges, ft: features), corpus size and findings; it exits 1 when any
-# target had a finding (reproduce one: build-fuzz/fuzz_TARGET FILE; K4_FUZZ_VERBOSE=1 prints
-# what the input does).
+# artifacts.prev/), fuzz.log. libFuzzer first runs the whole working corpus, however long (a
+# grown golden_reader corpus takes minutes at ~3 inputs/s), then fuzzes for SECONDS.
+# libFuzzer options: -max_total_time=SECONDS -timeout=10 -rss_limit_mb=2048 (also the malloc
+# limit) -print_final_stats=1, the target's dictionary tests/fuzz/TARGET.dict, -max_len 4096.
+# hdf5_bytes: -max_len 32768, and libhdf5's malloc may fail as in production
+# (ASAN_OPTIONS=allocator_may_return_null=1, no malloc limit; C++ new still reports).
+# Per target it prints executions, exec/s, coverage (cov: edges, ft: features), corpus size
+# and findings; it exits 1 when any target had a finding (reproduce one: build-fuzz/fuzz_TARGET
+# FILE; K4_FUZZ_VERBOSE=1 prints what the input does and every expected error).
 # Every fuzzer runs under `nice -n 10` with OMP_NUM_THREADS=1.
 # Environment: K4_FUZZ_CXX (clang++), K4_FUZZ_JOBS (build jobs, default 2), K4_FUZZ_CI_SECONDS,
-# K4_FUZZ_FRESH=1 (start from the seeds only: the working corpus is emptied first).
+# K4_FUZZ_FRESH=1 (start from the seeds only: the working corpus is emptied first),
+# K4_FUZZ_KEEP_GOING=1 (-fork=1 -ignore_crashes=1 ...: run the whole time and collect every
+# finding; meant for hdf5_bytes, whose libhdf5 crashes would end a run at the first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dir=build-fuzz
 cxx=${K4_FUZZ_CXX:-clang++}
 jobs=${K4_FUZZ_JOBS:-2}
+work_root=$dir/fuzz-work
 default_targets=(safetensors golden_reader scenario)
 all_targets=(safetensors golden_reader scenario hdf5_bytes)
 
@@ -39,11 +47,11 @@ build() {
 }
 
 # The value of libFuzzer's "stat::NAME: V" final line, or "?".
-stat() { local v; v=$(grep -E "^stat::$1:" "$2" | tail -1 | awk '{print $2}'); echo "${v:-?}"; }
+stat() { local v; v=$(grep -aE "^stat::$1:" "$2" | tail -1 | awk '{print $2}'); echo "${v:-?}"; }
 
 run_one() {  # run_one TARGET SECONDS -> prints one summary line; returns 1 on a finding
   local t=$1 secs=$2
-  local exe=$dir/fuzz_$t work=$dir/fuzz-work/$t seeds=tests/fuzz/corpus/$t
+  local exe=$dir/fuzz_$t work=$work_root/$t seeds=tests/fuzz/corpus/$t
   [[ -x $exe ]] || { echo "fuzz.sh: $exe is not built (scripts/fuzz.sh build)" >&2; return 2; }
   mkdir -p "$work/corpus" "$work/artifacts"
   [[ ${K4_FUZZ_FRESH:-0} == 1 ]] && find "$work/corpus" -type f -delete
@@ -53,6 +61,8 @@ run_one() {  # run_one TARGET SECONDS -> prints one summary line; returns 1 on a
   local args=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
               -artifact_prefix="$work/artifacts/")
   [[ -f tests/fuzz/$t.dict ]] && args+=(-dict="tests/fuzz/$t.dict")
+  # keep going past findings (fork mode: one child process at a time, each finding a file)
+  [[ ${K4_FUZZ_KEEP_GOING:-0} == 1 ]] && args+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
   local asan=${ASAN_OPTIONS:-}
   if [[ $t == hdf5_bytes ]]; then
     # libhdf5 sizes buffers from the corrupt bytes and handles a failed malloc (NULL): so does
@@ -73,9 +83,13 @@ run_one() {  # run_one TARGET SECONDS -> prints one summary line; returns 1 on a
   local execs rate units cov ft last
   execs=$(stat number_of_executed_units "$log")
   rate=$(stat average_exec_per_sec "$log")
-  last=$(grep -E "^#[0-9]+" "$log" | grep -E "cov: " | tail -1 || true)
+  last=$(grep -aE "^#[0-9]+" "$log" | grep -aE "cov: " | tail -1 || true)
   cov=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$last")
   ft=$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<<"$last")
+  if [[ $execs == "?" && $last =~ ^#([0-9]+):\ cov: ]]; then  # fork mode: "#N: cov: C ft: F corp: U exec/s R ..."
+    execs=${BASH_REMATCH[1]}
+    rate=$(sed -nE 's/.* exec\/s ([0-9]+).*/\1/p' <<<"$last")
+  fi
   units=$(find "$work/corpus" -type f | wc -l)
   local bytes
   bytes=$(find "$work/corpus" -type f -printf '%s\n' | awk '{s+=$1} END {print s+0}')
@@ -87,7 +101,7 @@ run_one() {  # run_one TARGET SECONDS -> prints one summary line; returns 1 on a
     "$t" "$execs" "$rate" "${cov:-?}" "${ft:-?}" "$units" "$bytes" "$n_find" "$rc"
   if [[ $n_find -gt 0 ]]; then
     sed 's/^/    /' <<<"$findings"
-    grep -E "ERROR: |FINDING|SUMMARY: " "$log" | head -5 | sed 's/^/    /'
+    grep -aE "ERROR: |FINDING|SUMMARY: " "$log" | head -5 | sed 's/^/    /'
     return 1
   fi
   if [[ $rc -ne 0 ]]; then
@@ -122,8 +136,8 @@ run() {  # run [SECONDS] [TARGET...]
 case ${1:-} in
   build) build ;;
   run) shift; run "$@" ;;
-  ci) build; run "${K4_FUZZ_CI_SECONDS:-45}" "${default_targets[@]}" ;;
+  ci) build; work_root=$dir/fuzz-ci K4_FUZZ_FRESH=1 run "${K4_FUZZ_CI_SECONDS:-45}" "${default_targets[@]}" ;;
   list) printf '%s\n' "${all_targets[@]}" ;;
-  -h|--help|"") sed -n '2,25p' "$0"; [[ -n ${1:-} ]] ;;
+  -h|--help|"") sed -n '2,/^set -euo/p' "$0" | sed '$d'; [[ -n ${1:-} ]] ;;
   *) echo "fuzz.sh: unknown command '$1' (build, run, ci, list)" >&2; exit 2 ;;
 esac

@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 
+#include "tests/cpu/cli_run.hpp"
 #include "golden/compare.hpp"
 #include "golden/hdf5.hpp"
 #include "tests/cpu/test_diff_world.hpp"
@@ -32,19 +33,8 @@ uint32_t f32b(float f) {
   return u;
 }
 
-std::string k4_bin() {
-  if (const char* e = std::getenv("K4_BIN")) return e;
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  const fs::path p = self.parent_path() / "k4";
-  return fs::exists(p) ? p.string() : "";
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+using k4::cli::k4_bin;  // tests/cpu/cli_run.hpp
+using k4::cli::slurp;
 
 struct Cmd {
   int rc;
@@ -57,12 +47,6 @@ Cmd run_k4(const std::string& args) {
   const int s = std::system((k4_bin() + " " + args + " > " + o + " 2> " + e).c_str());
   return Cmd{WIFEXITED(s) ? WEXITSTATUS(s) : -1, slurp(o), slurp(e)};
 }
-
-#define NEED_K4()                                                                        \
-  if (k4_bin().empty()) {                                                                \
-    MESSAGE("k4 binary not found beside the tests nor in $K4_BIN: the CLI case is skipped"); \
-    return;                                                                              \
-  }
 
 const StageDiff& stage_of(const DiffReport& rep, const std::string& stage, int rank) {
   for (const StageDiff& s : rep.stages)

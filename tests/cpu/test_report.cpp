@@ -16,6 +16,7 @@
 #include <set>
 #include <string>
 
+#include "tests/cpu/cli_run.hpp"
 #include "golden/compare.hpp"
 #include "tests/cpu/test_diff_world.hpp"
 
@@ -25,19 +26,8 @@ using k4::test::DiffWorld;
 
 namespace {
 
-std::string k4_bin() {
-  if (const char* e = std::getenv("K4_BIN")) return e;
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  const fs::path p = self.parent_path() / "k4";
-  return fs::exists(p) ? p.string() : "";
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+using k4::cli::k4_bin;  // tests/cpu/cli_run.hpp
+using k4::cli::slurp;
 
 int sh(const std::string& cmd) {
   const int s = std::system(cmd.c_str());

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "tests/cpu/cli_run.hpp"
+#include "reference/numerics/hd.hpp"
 #include "golden/compare.hpp"
 #include "golden/hdf5.hpp"
 #include "tests/cpu/test_diff_world.hpp"
@@ -27,11 +28,6 @@ using k4::test::DiffWorld;
 
 namespace {
 
-uint32_t f32b(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 using k4::cli::k4_bin;  // tests/cpu/cli_run.hpp
 using k4::cli::slurp;
@@ -60,15 +56,15 @@ TEST_SUITE("diff") {
 
 TEST_CASE("distances: ULPs in the ordered-integer form, -0 vs +0, NaN, integer deltas, every dtype") {
   // f32: neighbours, across zero, -0 / +0, NaN
-  CHECK(distance(DType::F32, f32b(1.0f), f32b(std::nextafter(1.0f, 2.0f))).n == 1);
+  CHECK(distance(DType::F32, f32_bits(1.0f), f32_bits(std::nextafter(1.0f, 2.0f))).n == 1);
   CHECK(distance(DType::F32, 0x00000001u, 0x80000001u).n == 2);  // +min subnormal vs -min subnormal
   const Distance z = distance(DType::F32, 0x00000000u, 0x80000000u);
   CHECK(z.kind == Distance::Kind::Ulp);
   CHECK(z.n == 0);
   CHECK(z.str() == "0 ulp (-0 vs +0)");
-  CHECK(distance(DType::F32, 0x7FC00000u, f32b(1.0f)).kind == Distance::Kind::NanVsNumber);
+  CHECK(distance(DType::F32, 0x7FC00000u, f32_bits(1.0f)).kind == Distance::Kind::NanVsNumber);
   CHECK(distance(DType::F32, 0x7FC00000u, 0xFFC00000u).kind == Distance::Kind::NanVsNan);
-  CHECK(distance(DType::F32, f32b(3.4028235e38f), 0x7F800000u).n == 1);  // max finite vs inf
+  CHECK(distance(DType::F32, f32_bits(3.4028235e38f), 0x7F800000u).n == 1);  // max finite vs inf
   // bf16
   CHECK(distance(DType::BF16, 0x3F80u, 0x3F81u).n == 1);
   CHECK(distance(DType::BF16, 0x3F80u, 0xBF80u).n == 2 * 0x3F80);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/numerics/hd.hpp"
 #include "golden/compare.hpp"
 #include "golden/scenario.hpp"
 #include "golden/schema.hpp"
@@ -28,11 +29,6 @@ using k4::cli::TempDir;
 
 namespace {
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 bool nan16(uint16_t b) { return (b & 0x7FFF) > 0x7F80; }
 bool inf16(uint16_t b) { return (b & 0x7FFF) == 0x7F80; }
 bool finite16(uint16_t b) { return (b & 0x7F80) != 0x7F80; }
@@ -104,7 +100,7 @@ TEST_CASE("values: NaN, +-Inf and -0 index scores: in the golden, NaN ranked low
   CHECK(count_if(sh.index_scores, [](float f) { return std::isnan(f); }) >= 4);
   CHECK(count_if(sh.index_scores, [](float f) { return f == INFINITY; }) >= 2);
   CHECK(count_if(sh.index_scores, [](float f) { return f == -INFINITY; }) >= 2);
-  CHECK(count_if(sh.index_scores, [](float f) { return bits(f) == 0x80000000u; }) >= 1);
+  CHECK(count_if(sh.index_scores, [](float f) { return f32_bits(f) == 0x80000000u; }) >= 1);
   for (const RankResult& R : m->res.ranks)
     for (int k = 0; k < sh.tokens; ++k) {
       const int n_blk = (sh.seq_lens[size_t(k)] + c.sparse_block - 1) / c.sparse_block;
@@ -193,7 +189,7 @@ TEST_CASE("values: extreme q poisons every token from the merge on; partitions p
         for (int h = 0; h < c.heads; ++h) {
           const size_t mi = (size_t(k) * c.n_split + t) * c.heads + h;
           if (t * c.split_keys() >= 300) {  // no valid key (R1.13), whatever q holds
-            CHECK(bits(R.split.m[mi]) == bits(-3.4e38f));
+            CHECK(f32_bits(R.split.m[mi]) == f32_bits(-3.4e38f));
             CHECK(R.split.l[mi] == 256.0f);
             const size_t o0 = (size_t(k) * c.n_split + t) * c.o_k() + size_t(h) * c.head_dim;
             for (int d = 0; d < c.head_dim; ++d) CHECK(R.split.o[o0 + d] == 0x0000);
@@ -229,8 +225,8 @@ TEST_CASE("values: special h_in (a NaN, +Inf, -Inf element, 64 -0): h_mid, rstd 
     }
     // rstd: NaN (row 0), rsq(Inf) = 0 (rows 1, 2), finite (row 3)
     CHECK(std::isnan(R.router.rstd[0]));
-    CHECK(bits(R.router.rstd[1]) == 0u);
-    CHECK(bits(R.router.rstd[2]) == 0u);
+    CHECK(f32_bits(R.router.rstd[1]) == 0u);
+    CHECK(f32_bits(R.router.rstd[2]) == 0u);
     CHECK(finite32(R.router.rstd[3]));
     CHECK(R.router.rstd[3] > 0.0f);
     for (int k = 0; k < 3; ++k) CHECK(picks(R, k, c) == std::set<int>{0, 1, 2, 3});  // NaN logits: canonical NaN keys
@@ -253,8 +249,8 @@ TEST_CASE("values: special KV (NaN codes, NaN / Inf scales where no row reads; -
     CHECK(count_if(I.k_scale, [](float f) { return std::isnan(f); }) > 0);
     CHECK(count_if(I.k_scale, [](float f) { return std::isinf(f); }) > 0);
     CHECK(count_if(I.v_scale, [](float f) { return std::isnan(f); }) > 0);
-    CHECK(count_if(I.k_scale, [](float f) { return bits(f) == 0x80000000u; }) > 0);
-    CHECK(count_if(I.v_scale, [](float f) { return bits(f) == 0x80000000u; }) > 0);
+    CHECK(count_if(I.k_scale, [](float f) { return f32_bits(f) == 0x80000000u; }) > 0);
+    CHECK(count_if(I.v_scale, [](float f) { return f32_bits(f) == 0x80000000u; }) > 0);
     const RankResult& R = m->res.ranks[size_t(r)];
     CHECK(all_finite16(R.split.o));
     CHECK(all_finite32(R.split.m));
@@ -313,8 +309,8 @@ TEST_CASE("values: special weights (-0, +-Inf, NaN where contained): in the gold
       CHECK(std::isnan(rw.bias[3]));
       CHECK(rw.bias[4] == -INFINITY);
       CHECK(rw.bias[5] == INFINITY);
-      CHECK(bits(rw.bias[6]) == 0x80000000u);
-      CHECK(bits(rw.s_o[3]) == 0x80000000u);
+      CHECK(f32_bits(rw.bias[6]) == 0x80000000u);
+      CHECK(f32_bits(rw.s_o[3]) == 0x80000000u);
       CHECK(count_if(rw.w_o, [](uint8_t b) { return b == 0x80; }) > 0);
       CHECK(count_if(rw.g_post, [](uint16_t b) { return b == 0x8000; }) > 0);
       CHECK(count_if(rw.w_gate, [](uint16_t b) { return b == 0x7F80; }) == 1);
@@ -448,7 +444,7 @@ TEST_CASE("values: rows whose attention is all zero (zero_attn_rows): attn, attn
     CHECK(count_if(m->in.ranks[size_t(r)].v_scale, [](float f) { return f == 0.0f; }) >= 600);
     CHECK(!any_nonzero(row_of(R.merge.attn, 2, OK)));  // +0 bits
     CHECK(!any_nonzero(row_of(R.merge.attn8, 2, OK)));
-    CHECK(bits(R.merge.x_scale[2]) == 0u);
+    CHECK(f32_bits(R.merge.x_scale[2]) == 0u);
     CHECK(!any_nonzero(row_of(R.oproj.partial, 2, H)));
     CHECK(!any_nonzero(row_of(R.a, 2, H)));
     CHECK(row_of(R.h_mid, 2, H) == row_of(m->in.shared.h_in, 2, H));
@@ -511,7 +507,7 @@ TEST_CASE("values: route ids past n_routed are clamped to E_TOP (the shared expe
   for (int p = 1; p < 4; ++p) CHECK(route.ids[size_t(p)] == 127);
   // every pick weighs sig[n_routed - 1] (the clamped index): four equal, finite weights
   for (int p = 0; p < 4; ++p) {
-    CHECK(bits(route.weights[size_t(p)]) == bits(route.weights[0]));
+    CHECK(f32_bits(route.weights[size_t(p)]) == f32_bits(route.weights[0]));
     CHECK(finite32(route.weights[size_t(p)]));
   }
   MoeOut out;
@@ -520,8 +516,8 @@ TEST_CASE("values: route ids past n_routed are clamped to E_TOP (the shared expe
   const size_t I = size_t(cfg.inter);
   for (int p = 0; p < 4; ++p)  // every routed slot reads the shared expert (E_TOP): its gate / up bits
     for (size_t i = 0; i < I; ++i) {
-      CHECK(bits(out.gate[size_t(p) * I + i]) == bits(out.gate[size_t(cfg.top_k) * I + i]));
-      CHECK(bits(out.up[size_t(p) * I + i]) == bits(out.up[size_t(cfg.top_k) * I + i]));
+      CHECK(f32_bits(out.gate[size_t(p) * I + i]) == f32_bits(out.gate[size_t(cfg.top_k) * I + i]));
+      CHECK(f32_bits(out.up[size_t(p) * I + i]) == f32_bits(out.up[size_t(cfg.top_k) * I + i]));
     }
   CHECK(all_finite16(out.partial));
 }

@@ -1,6 +1,9 @@
 // atomic_file.cpp -- see atomic_file.hpp.
 #include "golden/atomic_file.hpp"
 
+#include "golden/crash_guard.hpp"
+
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -8,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 #include <system_error>
@@ -35,6 +39,11 @@ void check_output(const std::string& path, bool overwrite) {
   if (!fs::is_directory(dir, ec)) throw std::invalid_argument("output directory " + dir.string() + " does not exist");
 }
 
+std::string temporary_path(const std::string& path, int owner) {
+  const fs::path p(path);
+  return (dir_of(p) / ("." + p.filename().string() + ".tmp-" + std::to_string(owner))).string();
+}
+
 int remove_stale_temporaries(const std::string& path) {
   const fs::path p(path);
   const std::string prefix = "." + p.filename().string() + ".tmp-";
@@ -46,7 +55,7 @@ int remove_stale_temporaries(const std::string& path) {
     const std::string digits = name.substr(prefix.size());
     if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
     const pid_t pid = pid_t(std::stol(digits));
-    if (pid == ::getpid()) continue;
+    if (pid == guard::owner_pid()) continue;
     if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge): keep
     std::error_code rec;
     if (fs::remove(it->path(), rec)) ++removed;
@@ -59,7 +68,8 @@ AtomicOutput::AtomicOutput(const std::string& path, bool overwrite) : path_(path
   const fs::path p(path);
   std::error_code ec;
   remove_stale_temporaries(path);
-  temp_ = (dir_of(p) / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+  guard::note_output(path);  // a crashed child's temporary is removed by the guarded parent
+  temp_ = temporary_path(path, guard::owner_pid());
   fs::remove(temp_, ec);
   g_written = 0;
 }
@@ -71,11 +81,32 @@ AtomicOutput::~AtomicOutput() {
   }
 }
 
+namespace {
+
+// fsync(2) of a file or a directory, by name; "" or why it failed.
+std::string sync_path(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return std::strerror(errno);
+  const int r = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // EINVAL: the file system cannot sync this kind of file (some refuse directories); nothing to wait for
+  return r == 0 || err == EINVAL ? "" : std::strerror(err);
+}
+
+}  // namespace
+
 void AtomicOutput::commit() {
+  if (const std::string why = sync_path(temp_, O_RDONLY); !why.empty())
+    throw std::runtime_error("cannot flush " + temp_ + " to the disk (fsync): " + why);
   std::error_code ec;
   fs::rename(temp_, path_, ec);
   if (ec) throw std::runtime_error("cannot rename " + temp_ + " to " + path_ + ": " + ec.message());
   done_ = true;
+  // the rename itself is on the disk once the directory is: a failure here loses nothing written
+  if (const std::string why = sync_path(dir_of(fs::path(path_)).string(), O_RDONLY | O_DIRECTORY); !why.empty())
+    std::fprintf(stderr, "warning: %s is complete but its directory could not be flushed (fsync): %s\n",
+                 path_.c_str(), why.c_str());
 }
 
 void count_written(uint64_t bytes) {

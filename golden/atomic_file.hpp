@@ -1,7 +1,9 @@
 // atomic_file.hpp -- an output file that appears only when complete.
 //
-// Writing goes to a temporary name in the target's directory (".NAME.tmp-PID"); commit()
-// renames it onto the target. An existing target is refused unless overwrite was asked
+// Writing goes to a temporary name in the target's directory (".NAME.tmp-PID", PID the k4
+// command's: golden/crash_guard.hpp); commit() flushes it to the disk (fsync), renames it onto
+// the target and flushes the directory, so that after a crash or a power loss NAME is either
+// absent, the old file, or the whole new one (never a renamed but empty file). An existing target is refused unless overwrite was asked
 // (std::invalid_argument: bad input, exit code 2). If the writer throws before commit(),
 // the destructor removes the temporary, so a failure never leaves a half-written file.
 // A process killed before commit() (SIGKILL, power loss) leaves its ".NAME.tmp-PID" behind,
@@ -32,6 +34,10 @@ class AtomicOutput {
   std::string path_, temp_;
   bool done_ = false;
 };
+
+// The temporary of PATH that process OWNER writes: "DIR/.NAME.tmp-OWNER". A guarded child
+// names its temporaries with its parent's pid (golden/crash_guard.hpp, owner_pid).
+std::string temporary_path(const std::string& path, int owner);
 
 // Removes the ".NAME.tmp-<pid>" files of PATH left by processes that no longer run; returns
 // how many. (AtomicOutput calls it; a temporary of a live process, this one included, stays.)

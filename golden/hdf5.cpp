@@ -496,6 +496,7 @@ Dataset Group::open_dataset(const std::string& name) const {
 
 File::File(const std::string& path, Mode mode) : path_(path) {
   silence_errors();
+  guard::note_hdf5_file(path);
   Where w{path, ""};
   hid_t f = -1;
   if (mode == Mode::ReadOnly || mode == Mode::ReadWrite) {
@@ -526,6 +527,7 @@ File::File(const std::string& path, Mode mode) : path_(path) {
 }
 
 Group File::root() const {
+  guard::note_hdf5_file(path_);
   Where w{path_, "/"};
   hid_t g = check(H5Gopen2(h_.id(), "/", H5P_DEFAULT), "H5Gopen2", w, "group");
   return Group(Handle(g, H5Gclose), w);
@@ -533,6 +535,7 @@ Group File::root() const {
 
 void File::close() {
   if (!h_.valid()) return;
+  guard::note_hdf5_file(path_);
   Where w{path_, ""};
   check(H5Fflush(h_.id(), H5F_SCOPE_LOCAL), "H5Fflush", w, "file");
   herr_t r = H5Fclose(h_.release());

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "golden/crash_guard.hpp"
+
 namespace k4::h5 {
 
 class Error : public std::runtime_error {
@@ -70,7 +72,8 @@ class Object {
  public:
   Object() = default;
   Object(Handle h, Where w) : h_(std::move(h)), where_(std::move(w)) {}
-  hid_t id() const { return h_.id(); }
+  // Every libhdf5 call on the object takes its id: the crash guard learns which file it is.
+  hid_t id() const { guard::note_hdf5_file(where_.file); return h_.id(); }
   const Where& where() const { return where_; }
   const std::string& path() const { return where_.path; }
   const std::string& file() const { return where_.file; }

@@ -1,10 +1,14 @@
-// main.cpp -- the k4 command: k4 synth | golden | inspect (k4 SUBCOMMAND --help).
+// main.cpp -- the k4 command: k4 synth | golden | inspect | diff | replay (k4 SUBCOMMAND --help).
+//
+// The command runs in a child process watched by the crash guard (golden/crash_guard.hpp):
+// a corrupt HDF5 file that crashes libhdf5 ends in an error naming the file and exit 2.
 #include <cstdio>
 #include <exception>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "golden/crash_guard.hpp"
 #include "golden/schema.hpp"
 #include "tools/commands.hpp"
 
@@ -49,15 +53,17 @@ int main(int argc, char** argv) {
   for (auto& c : cmds) {
     if (!c.first->parsed()) continue;
     const std::string name = c.first->get_name();
-    try {
-      return c.second();
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "k4 %s: error: %s\n", name.c_str(), e.what());
-      return 2;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "k4 %s: failed: %s\n", name.c_str(), e.what());
-      return 1;
-    }
+    return k4::guard::run("k4 " + name, [&] {
+      try {
+        return c.second();
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "k4 %s: error: %s\n", name.c_str(), e.what());
+        return 2;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "k4 %s: failed: %s\n", name.c_str(), e.what());
+        return 1;
+      }
+    });
   }
   return 2;
 }

@@ -1,0 +1,196 @@
+// test_crash_guard.cpp -- golden/crash_guard.hpp: a corrupt HDF5 file that crashes libhdf5
+// ends in a clear error and exit 2; our own crashes are internal errors (70); a killed
+// command dies of its signal; a crashed command leaves no partial output.
+//
+// In process: guard::run_child on functions that crash inside libhdf5 (a bad pointer handed
+// to H5Sget_simple_extent_dims), outside it (a null store, abort), or are killed. Through the
+// k4 binary: the corrupt files fuzzing found (tests/fuzz/libhdf5/), which crash libhdf5
+// 1.10.8 inside H5Aexists; with K4_NO_GUARD=1 the same runs crash (the planted failure:
+// the guard is what makes them clean).
+#include <dlfcn.h>
+#include <doctest/doctest.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "golden/atomic_file.hpp"
+#include "golden/crash_guard.hpp"
+#include "golden/hdf5.hpp"
+#include "tests/cpu/cli_run.hpp"
+
+namespace fs = std::filesystem;
+using namespace k4;
+using k4::cli::Run;
+using k4::cli::TempDir;
+
+namespace {
+
+fs::path source_dir() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
+std::string libhdf5_input(const std::string& name) { return (source_dir() / "tests/fuzz/libhdf5" / name).string(); }
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Crashes inside libhdf5's own code: it writes the dimensions through the pointer it is given.
+int crash_in_libhdf5() {
+  guard::note_hdf5_file("the-file-being-read.h5");
+  const hsize_t dims[1] = {4};
+  const hid_t s = H5Screate_simple(1, dims, nullptr);
+  H5Sget_simple_extent_dims(s, reinterpret_cast<hsize_t*>(uintptr_t(8)), nullptr);
+  return 0;
+}
+
+int crash_here() {
+  volatile int* volatile p = nullptr;
+  *p = 1;
+  return 0;
+}
+
+// The tiny TP 1 golden the fuzzer diffed against when it found tests/fuzz/libhdf5/'s inputs:
+// with it, `k4 diff` reaches H5Aexists on their corrupt object headers.
+struct FuzzGolden {
+  TempDir t{"guard"};
+  std::string path = t.path("g.h5");
+  bool ok = cli::run(t, "golden --preset tiny --tp 1 --tokens 2 --context 300 --out " + path).rc == 0;
+};
+const FuzzGolden& fuzz_golden() {
+  static FuzzGolden g;
+  return g;
+}
+
+}  // namespace
+
+TEST_SUITE("crash_guard") {
+
+TEST_CASE("crash guard: a command that returns passes its exit status through, and nothing else") {
+  const guard::Result r = guard::run_child("t", [] { return 3; });
+  CHECK(r.outcome == guard::Outcome::Exited);
+  CHECK(r.status == 3);
+  CHECK(r.message.empty());
+  CHECK(guard::run_child("t", [] { return 0; }).status == 0);
+}
+
+TEST_CASE("crash guard: the classification knows libhdf5's code from ours") {
+  void* h5 = dlsym(RTLD_DEFAULT, "H5Sget_simple_extent_dims");
+  REQUIRE(h5 != nullptr);
+  CHECK(guard::in_libhdf5(h5));
+  CHECK(!guard::in_libhdf5(reinterpret_cast<void*>(&crash_here)));
+  CHECK(!guard::in_libhdf5(reinterpret_cast<void*>(&std::exit)));  // libc
+  CHECK(!guard::in_libhdf5(nullptr));
+}
+
+TEST_CASE("crash guard: a crash inside libhdf5 reads as a corrupt file: exit 2, the file named") {
+  const guard::Result r = guard::run_child("k4 test", crash_in_libhdf5);
+  CHECK(r.outcome == guard::Outcome::CorruptHdf5);
+  CHECK(r.status == 2);
+  INFO(r.message);
+  CHECK(contains(r.message, "k4 test: error: libhdf5 " + h5::library_version() + " crashed ("));
+  CHECK(contains(r.message, "on HDF5 file 'the-file-being-read.h5': the file is corrupt"));
+}
+
+TEST_CASE("crash guard: a crash in k4's code is an internal error (70), never blamed on a file") {
+  guard::Result r = guard::run_child("k4 test", [] {
+    guard::note_hdf5_file("innocent.h5");
+    return crash_here();
+  });
+  CHECK(r.outcome == guard::Outcome::InternalCrash);
+  CHECK(r.status == 70);
+  INFO(r.message);
+  CHECK(contains(r.message, "k4 test: internal error: "));
+  CHECK(!contains(r.message, "innocent.h5"));
+  r = guard::run_child("k4 test", []() -> int { std::abort(); });
+  CHECK(r.outcome == guard::Outcome::InternalCrash);
+  CHECK(r.status == 70);
+}
+
+TEST_CASE("crash guard: a command killed by a signal is reported as killed, with that signal") {
+  const guard::Result r = guard::run_child("k4 test", [] {
+    raise(SIGKILL);
+    return 0;
+  });
+  CHECK(r.outcome == guard::Outcome::Killed);
+  CHECK(r.status == SIGKILL);
+  CHECK(contains(r.message, "k4 test: the command was killed by SIGKILL"));
+}
+
+TEST_CASE("crash guard: a crashed command's unfinished output is removed; a finished one stays") {
+  TempDir t("guard");
+  const std::string out = t.path("o.bin"), done = t.path("done.bin");
+  const guard::Result r = guard::run_child("k4 test", [&] {
+    {
+      AtomicOutput d(done, false);
+      std::ofstream(d.temp_path()) << "complete";
+      d.commit();
+    }
+    AtomicOutput o(out, false);
+    std::ofstream(o.temp_path()) << "half of it";
+    if (o.temp_path() != temporary_path(out, guard::owner_pid())) return 5;  // (no CHECK in the child)
+    return crash_in_libhdf5();
+  });
+  CHECK(r.outcome == guard::Outcome::CorruptHdf5);
+  CHECK(contains(r.message, "Its unfinished outputs were removed."));
+  CHECK(t.entries() == std::vector<std::string>{"done.bin"});
+  CHECK(cli::slurp(done) == "complete");
+}
+
+TEST_CASE("crash guard: a guarded child names its temporaries with the parent's pid") {
+  const int parent = int(getpid());
+  const guard::Result r = guard::run_child("t", [&] { return guard::owner_pid() == parent && getpid() != parent ? 0 : 1; });
+  CHECK(r.status == 0);
+  CHECK(guard::owner_pid() == parent);
+}
+
+TEST_CASE("crash guard: the corrupt files that crash libhdf5 1.10.8 end in exit 2 and a message from every k4 reader") {
+  NEED_K4();
+  const FuzzGolden& g = fuzz_golden();
+  REQUIRE(g.ok);
+  for (const char* name : {"uaf_h5aexists.h5", "segv_h5aexists.h5"}) {
+    const std::string bad = libhdf5_input(name);
+    CAPTURE(name);
+    TempDir t("guard");
+    for (const std::string& cmd : {"diff " + g.path + " " + bad, "replay " + g.path + " " + bad,
+                                   "diff --json " + t.path("r.json") + " " + g.path + " " + bad}) {
+      CAPTURE(cmd);
+      const Run r = cli::run(t, cmd);
+      INFO(r.err);
+      CHECK(r.signal == 0);
+      CHECK(r.rc == 2);
+      CHECK(contains(r.err, "error: libhdf5 " + h5::library_version() + " crashed ("));
+      CHECK(contains(r.err, "on HDF5 file '" + bad + "': the file is corrupt"));
+    }
+    CHECK(t.entries().empty());  // no report, no temporary
+    // the planted failure: without the guard the same run crashes (or, under ASan, reports)
+    const Run raw = cli::run(t, "diff " + g.path + " " + bad, "K4_NO_GUARD=1");
+    CHECK((raw.signal != 0 || raw.rc == 1));
+    CHECK(!contains(raw.err, "the file is corrupt"));
+  }
+  // and inspect, which takes another path through them, reports HDF5's error (exit 1 or 2)
+  for (const char* name : {"uaf_h5aexists.h5", "segv_h5aexists.h5", "heap_overflow_h5aexists.h5", "leak_failed_h5fopen.h5"}) {
+    TempDir t("guard");
+    const Run r = cli::run(t, "inspect " + libhdf5_input(name));
+    CAPTURE(name);
+    CHECK(r.signal == 0);
+    CHECK((r.rc == 1 || r.rc == 2));
+  }
+}
+
+TEST_CASE("crash guard: SIGTERM to k4 reaches the command; k4 dies of it and leaves no output") {
+  NEED_K4();
+  TempDir t("guard");
+  const std::string g = t.path("g.h5");
+  const pid_t pid = cli::spawn(t, {"golden", "--preset", "minimax-m3-tp4", "--tokens", "16", "--out", g});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ::kill(pid, SIGTERM);
+  const Run r = cli::wait(t, pid);
+  CHECK(r.signal == SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  CHECK(t.entries().empty());
+}
+
+}  // TEST_SUITE crash_guard

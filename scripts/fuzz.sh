@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh build                      configure + build build-fuzz (-DK4_FUZZ=ON, clang)
 #   scripts/fuzz.sh run [SECONDS] [TARGET...]  fuzz each target for SECONDS (default 600), one
 #                                              after the other; TARGETs: safetensors golden_reader
-#                                              scenario (the default set) and hdf5_bytes (by name)
+#                                              scenario hdf5_bytes (all by default)
 #   scripts/fuzz.sh ci                         build + run each default target K4_FUZZ_CI_SECONDS
 #                                              (default 45) from the seeds only (its own,
 #                                              emptied work directory build-fuzz/fuzz-ci/): the
@@ -20,7 +20,13 @@
 # libFuzzer options: -max_total_time=SECONDS -timeout=10 -rss_limit_mb=2048 (also the malloc
 # limit) -print_final_stats=1, the target's dictionary tests/fuzz/TARGET.dict, -max_len 4096.
 # hdf5_bytes: -max_len 32768, and libhdf5's malloc may fail as in production
-# (ASAN_OPTIONS=allocator_may_return_null=1, no malloc limit; C++ new still reports).
+# (ASAN_OPTIONS=allocator_may_return_null=1, no malloc limit; C++ new still reports). It runs
+# in fork mode (-fork=1): a crash inside libhdf5 is handled as the k4 tools handle it
+# (golden/crash_guard.hpp): the job saves the input into fuzz-work/hdf5_bytes/handled/ and
+# ends, libFuzzer starts the next. ASan / LSan reports from inside libhdf5 are suppressed
+# (tests/fuzz/libhdf5/{asan,lsan}.supp). After the run every handled input goes through the
+# production `k4 diff` (K4_BIN, default build/k4) against a tiny golden: it must exit 2 with
+# "the file is corrupt", or 0 / 1 / 2 without a crash; a signal is a finding.
 # Per target it prints executions, exec/s, coverage (cov: edges, ft: features), corpus size
 # and findings; it exits 1 when any target had a finding (reproduce one: build-fuzz/fuzz_TARGET
 # FILE; K4_FUZZ_VERBOSE=1 prints what the input does and every expected error).
@@ -28,7 +34,7 @@
 # Environment: K4_FUZZ_CXX (clang++), K4_FUZZ_JOBS (build jobs, default 2), K4_FUZZ_CI_SECONDS,
 # K4_FUZZ_FRESH=1 (start from the seeds only: the working corpus is emptied first),
 # K4_FUZZ_KEEP_GOING=1 (-fork=1 -ignore_crashes=1 ...: run the whole time and collect every
-# finding; meant for hdf5_bytes, whose libhdf5 crashes would end a run at the first).
+# finding in one run instead of stopping at the first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,7 +42,7 @@ dir=build-fuzz
 cxx=${K4_FUZZ_CXX:-clang++}
 jobs=${K4_FUZZ_JOBS:-2}
 work_root=$dir/fuzz-work
-default_targets=(safetensors golden_reader scenario)
+default_targets=(safetensors golden_reader scenario hdf5_bytes)
 all_targets=(safetensors golden_reader scenario hdf5_bytes)
 
 build() {
@@ -62,14 +68,22 @@ run_one() {  # run_one TARGET SECONDS -> prints one summary line; returns 1 on a
               -artifact_prefix="$work/artifacts/")
   [[ -f tests/fuzz/$t.dict ]] && args+=(-dict="tests/fuzz/$t.dict")
   # keep going past findings (fork mode: one child process at a time, each finding a file)
-  [[ ${K4_FUZZ_KEEP_GOING:-0} == 1 ]] && args+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
-  local asan=${ASAN_OPTIONS:-}
+  if [[ ${K4_FUZZ_KEEP_GOING:-0} == 1 ]]; then
+    args+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
+  elif [[ $t == hdf5_bytes ]]; then
+    args+=(-fork=1)  # a job that met a libhdf5 crash ends; the next one starts
+  fi
+  local asan=${ASAN_OPTIONS:-} lsan=${LSAN_OPTIONS:-}
+  local handled=$work/handled
+  rm -rf "$handled"
   if [[ $t == hdf5_bytes ]]; then
     # libhdf5 sizes buffers from the corrupt bytes and handles a failed malloc (NULL): so does
     # the production build; ASan would abort on a terabyte request instead. C++ new in our
     # code still reports (ASan) and the RSS limit still holds.
     args+=(-max_len=32768 -malloc_limit_mb=1000000000)
-    asan=${ASAN_OPTIONS:-allocator_may_return_null=1}
+    asan=${ASAN_OPTIONS:-allocator_may_return_null=1:suppressions=$PWD/tests/fuzz/libhdf5/asan.supp}
+    lsan=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/libhdf5/lsan.supp}
+    mkdir -p "$handled"
   else
     args+=(-max_len=4096)
   fi
@@ -78,6 +92,7 @@ run_one() {  # run_one TARGET SECONDS -> prints one summary line; returns 1 on a
   echo "fuzz.sh: $t for ${secs} s: $exe ${args[*]} ${dirs[*]}" >&2
   local rc=0
   env OMP_NUM_THREADS=1 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} ASAN_OPTIONS="$asan" \
+    LSAN_OPTIONS="$lsan" K4_FUZZ_HANDLED_DIR="$PWD/$handled" \
     nice -n 10 "$exe" "${args[@]}" "${dirs[@]}" >"$work/fuzz.log" 2>&1 || rc=$?
   local log=$work/fuzz.log
   local execs rate units cov ft last
@@ -99,6 +114,7 @@ run_one() {  # run_one TARGET SECONDS -> prints one summary line; returns 1 on a
   n_find=$(grep -c . <<<"$findings" || true)
   printf '%-14s %9s execs %7s exec/s  cov %-6s ft %-7s corpus %5s units %8s bytes  findings %s  (exit %d)\n' \
     "$t" "$execs" "$rate" "${cov:-?}" "${ft:-?}" "$units" "$bytes" "$n_find" "$rc"
+  [[ $t == hdf5_bytes ]] && { check_handled "$handled" "$work" || n_find=$((n_find + 1)); }
   if [[ $n_find -gt 0 ]]; then
     sed 's/^/    /' <<<"$findings"
     grep -aE "ERROR: |FINDING|SUMMARY: " "$log" | head -5 | sed 's/^/    /'
@@ -110,6 +126,32 @@ run_one() {  # run_one TARGET SECONDS -> prints one summary line; returns 1 on a
     return 1
   fi
   return 0
+}
+
+# check_handled DIR WORK: the inputs hdf5_bytes saw crash libhdf5, through the production k4.
+# Prints one line; returns 1 if k4 died of a signal (or exited past 2) on any of them.
+check_handled() {
+  local dir=$1 work=$2 k4=${K4_BIN:-build/k4}
+  local n
+  n=$(find "$dir" -type f | wc -l)
+  if [[ $n -eq 0 ]]; then echo "    libhdf5 crashes handled: 0"; return 0; fi
+  if [[ ! -x $k4 ]]; then
+    echo "    libhdf5 crashes handled: $n inputs in $dir, NOT checked: no $k4 (build it, or set K4_BIN)"
+    return 0
+  fi
+  local g=$work/pristine.h5
+  [[ -f $g ]] || "$k4" golden --preset tiny --tp 1 --tokens 2 --context 300 --out "$g" >/dev/null 2>&1 ||
+    { echo "    fuzz.sh: could not make $g with $k4" >&2; return 1; }
+  local corrupt=0 clean=0 bad=0 f rc err
+  for f in "$dir"/*; do
+    rc=0
+    err=$(K4_NO_GUARD= "$k4" diff "$g" "$f" 2>&1 >/dev/null) || rc=$?
+    if [[ $rc -eq 2 && $err == *"the file is corrupt"* ]]; then corrupt=$((corrupt + 1))
+    elif [[ $rc -le 2 ]]; then clean=$((clean + 1))
+    else bad=$((bad + 1)); echo "    FINDING: $k4 diff $g $f: exit $rc: ${err:0:300}"; fi
+  done
+  echo "    libhdf5 crashes handled: $n inputs in $dir; $k4 diff: $corrupt 'the file is corrupt' (exit 2), $clean other errors without a crash, $bad crashed"
+  [[ $bad -eq 0 ]]
 }
 
 run() {  # run [SECONDS] [TARGET...]

@@ -170,7 +170,7 @@ Scenario scenario_from_json(const std::string& text, const std::string& where) {
     static const std::set<std::string> ik = {"score_ties",      "nan_scores",  "neg_zero_scores", "inf_scores",
                                              "repeated_expert", "extreme_q",   "huge_residual",   "extreme_kv",
                                              "zero_rows",       "special_q",   "special_h_in",    "special_kv",
-                                             "special_weights", "nan_weight",  "zero_attn_rows"};
+                                             "special_weights", "nan_weight",  "zero_attn_rows",  "nan_kv_rows"};
     for (auto it = i.begin(); it != i.end(); ++it)
       if (!ik.count(it.key())) bad(where, "unknown inject key '" + it.key() + "'");
     Injections& x = s.inject;
@@ -194,6 +194,7 @@ Scenario scenario_from_json(const std::string& text, const std::string& where) {
     get_opt(i, "special_weights", x.special_weights, where);
     get_opt(i, "nan_weight", x.nan_weight, where);
     get_opt(i, "zero_attn_rows", x.zero_attn_rows, where);
+    get_opt(i, "nan_kv_rows", x.nan_kv_rows, where);
   }
   return s;
 }
@@ -235,6 +236,7 @@ std::string scenario_to_json(const Scenario& s) {
   if (x.special_weights) i["special_weights"] = true;
   if (!x.nan_weight.empty()) i["nan_weight"] = x.nan_weight;
   if (!x.zero_attn_rows.empty()) i["zero_attn_rows"] = x.zero_attn_rows;
+  if (!x.nan_kv_rows.empty()) i["nan_kv_rows"] = x.nan_kv_rows;
   j["inject"] = i;
   return j.dump();
 }
@@ -301,6 +303,8 @@ void validate_scenario(const Scenario& s, const Config& cfg, const std::string& 
     bad(w, "nan_weight '" + x.nan_weight + "' is none of w_o, s_o, g_post, w_gate");
   for (int r : x.zero_attn_rows)
     if (r < 0 || r >= s.tokens) bad(w, "zero_attn_row " + std::to_string(r) + " is outside 0.." + std::to_string(s.tokens - 1));
+  for (int r : x.nan_kv_rows)
+    if (r < 0 || r >= s.tokens) bad(w, "nan_kv_row " + std::to_string(r) + " is outside 0.." + std::to_string(s.tokens - 1));
   const bool static_kv = s.static_kv_scale == 1 || (s.static_kv_scale == -1 && cfg.static_kv_scale);
   if (!x.zero_attn_rows.empty() && static_kv) bad(w, "zero_attn_rows needs per-key KV scales (not static_kv_scale)");
 }
@@ -510,7 +514,7 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
           }
         }
     }
-    if (s.inject.special_kv || !s.inject.zero_attn_rows.empty()) {
+    if (s.inject.special_kv || !s.inject.zero_attn_rows.empty() || !s.inject.nan_kv_rows.empty()) {
       // The keys some row reads (key t of a row's block b: page entry * stride + t / 16 for
       // b * 128 + t < the row's context): a superset of what the split reads.
       std::vector<uint8_t> read(size_t(n_pages) * c.page, 0);
@@ -544,6 +548,20 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
         }
       }
       for (int k : s.inject.zero_attn_rows) each_key(k, [&](size_t key) { R0.v_scale[key] = 0.0f; });
+      // the key at position pos of row k: (page entry * stride + t / page) * page + t % page
+      auto key_at = [&](int k, int64_t pos) {
+        const int64_t entry = sh.block_table[size_t(k) * sh.bt_width + pos / c.sparse_block];
+        const int64_t t = pos % c.sparse_block;
+        return size_t((entry * stride + t / c.page) * c.page + t % c.page);
+      };
+      for (int k : s.inject.nan_kv_rows) {
+        const int64_t ctx = sh.seq_lens[size_t(k)];
+        if (ctx < 2) throw std::invalid_argument("nan_kv_row " + std::to_string(k) + " reads " + std::to_string(ctx) +
+                                                 " keys; it needs 2 (a NaN K and a NaN V key)");
+        const size_t kk = key_at(k, ctx - 1), kv = key_at(k, ctx - 2);
+        R0.k_cache[kk / size_t(c.page) * pb + size_t(k_byte(int(kk % size_t(c.page)), 0))] = 0x7F;
+        R0.v_cache[kv / size_t(c.page) * pb + size_t(v_byte(int(kv % size_t(c.page)), 1))] = 0xFF;
+      }
     }
     in.ranks.push_back(std::move(R0));
   }

@@ -68,6 +68,11 @@ struct Injections {
   std::string nan_weight;
   // v_scale 0 at every key these rows read: their attention, attn8 and o_proj rows are +0.
   std::vector<int> zero_attn_rows;
+  // A NaN K code (0x7F, dim 0) at the last key each of these rows reads and a NaN V code
+  // (0xFF, dim 1) at the one before (the row's newest keys, in its local block: always
+  // selected), so its heads and then its token are NaN from the split on. Rows that do not
+  // read those keys (other requests, earlier rows of the same request) do not change.
+  std::vector<int> nan_kv_rows;
 };
 
 // The most block allocations a scenario's cache may hold (16 pages of 2 KiB each for K and

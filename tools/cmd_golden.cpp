@@ -76,7 +76,7 @@ Run add_golden(CLI::App& app) {
     bool force = false, progress = false;
     // scenario options (override the scenario file)
     int tokens = 0, q_len = 0, kv_page_stride = 0, cache_blocks = 0;
-    std::string context, pad_rows, zero_rows, repeated_expert, nan_weight, zero_attn_rows;
+    std::string context, pad_rows, zero_rows, repeated_expert, nan_weight, zero_attn_rows, nan_kv_rows;
     bool static_kv = false, ties = false, extreme_q = false, huge_residual = false, extreme_kv = false;
     bool special_q = false, special_h_in = false, special_kv = false, special_weights = false;
     int nan_scores = -1, neg_zero_scores = -1, inf_scores = -1;
@@ -123,6 +123,7 @@ Run add_golden(CLI::App& app) {
   so.push_back(g->add_flag("--special-weights", o->special_weights, "-0, +-Inf and NaN in the weights where their effect is contained"));
   so.push_back(g->add_option("--nan-weight", o->nan_weight, "one NaN in w_o, s_o, g_post or w_gate"));
   so.push_back(g->add_option("--zero-attn-rows", o->zero_attn_rows, "comma-separated rows whose keys get v_scale 0 (attention 0)"));
+  so.push_back(g->add_option("--nan-kv-rows", o->nan_kv_rows, "comma-separated rows with a NaN K and a NaN V code at keys they read"));
   app.add_option("--kv-form", o->kv_form, "KV pages stored: whole, selected or auto (default: whole up to 8 MiB a rank)")
       ->check(CLI::IsMember({"whole", "selected", "auto"}));
   app.add_option("--threads", o->threads, "OpenMP threads, 1..1024 (default: OMP_NUM_THREADS / all); the bits never depend on it")
@@ -187,6 +188,7 @@ Run add_golden(CLI::App& app) {
       if (o->special_weights) x.special_weights = true;
       if (o->given("--nan-weight")) x.nan_weight = o->nan_weight;
       if (o->given("--zero-attn-rows")) x.zero_attn_rows = int_list(o->zero_attn_rows, "--zero-attn-rows");
+      if (o->given("--nan-kv-rows")) x.nan_kv_rows = int_list(o->nan_kv_rows, "--nan-kv-rows");
       bool options = false;
       for (const CLI::Option* op : o->scenario_opts) options = options || op->count() > 0;
       const std::string where = o->scenario.empty() ? std::string("scenario")

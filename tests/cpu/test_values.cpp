@@ -434,6 +434,53 @@ TEST_CASE("values: all-zero q, h_in and score rows (zero_rows): q8 zero, ties to
   }
 }
 
+TEST_CASE("values: a NaN K and a NaN V code at keys a row reads (nan_kv_rows): that token is NaN, no other row changes") {
+  NEED_K4();
+  // rows 0..3 four requests of one row; row 1 reads the NaN codes
+  auto m = make(R"({"tokens": 4, "context": [700, 300, 1000, 50], "inject": {"nan_kv_rows": [1]}})");
+  const Config& c = m->cfg;
+  const size_t H = size_t(c.hidden), OK = size_t(c.o_k());
+  auto nan16 = [](uint16_t b) { return (b & 0x7F80u) == 0x7F80u && (b & 0x7Fu) != 0; };
+  for (int r = 0; r < c.tp; ++r) {
+    const StepRank& I = m->in.ranks[size_t(r)];
+    CHECK(count_if(I.k_cache, [](uint8_t b) { return b == 0x7F; }) >= 1);
+    CHECK(count_if(I.v_cache, [](uint8_t b) { return b == 0xFF; }) >= 1);
+    const RankResult& R = m->res.ranks[size_t(r)];
+    const std::vector<uint16_t> a1 = row_of(R.merge.attn, 1, OK);
+    CHECK(std::all_of(a1.begin(), a1.end(), nan16));  // every head of row 1
+    const std::vector<uint16_t> h1 = row_of(R.ar_out, 1, H);
+    CHECK(std::any_of(h1.begin(), h1.end(), nan16));
+    for (int k : {0, 2, 3}) {
+      CAPTURE(k);
+      CHECK(all_finite16(row_of(R.merge.attn, size_t(k), OK)));
+      CHECK(all_finite16(row_of(R.ar_out, size_t(k), H)));
+    }
+  }
+  // the other rows are bit for bit the golden of the same scenario without the NaN codes
+  // (a golden, not run_step on its weights: the clean row 1 routes to experts m's golden lacks)
+  auto plain = make(R"({"tokens": 4, "context": [700, 300, 1000, 50]})");
+  for (int r = 0; r < c.tp; ++r) {
+    const RankResult &a = plain->res.ranks[size_t(r)], &b = m->res.ranks[size_t(r)];
+    CHECK(all_finite16(row_of(a.merge.attn, 1, OK)));  // the clean step's row 1 is finite
+    for (int k : {0, 2, 3}) {
+      CAPTURE(k);
+      CHECK(row_of(a.merge.attn, size_t(k), OK) == row_of(b.merge.attn, size_t(k), OK));
+      CHECK(row_of(a.ar_out, size_t(k), H) == row_of(b.ar_out, size_t(k), H));
+    }
+  }
+  // a row without two keys to plant them in is refused
+  TempDir t("values");
+  std::ofstream(t.path("s.json")) << R"({"tokens": 2, "context": [1, 300], "inject": {"nan_kv_rows": [0]}})";
+  const cli::Run bad = cli::run(t, "golden --preset tiny --scenario " + t.path("s.json") + " --out " + t.path("g.h5"));
+  CHECK(bad.rc == 2);
+  CHECK(bad.err.find("nan_kv_row 0 reads 1 keys; it needs 2") != std::string::npos);
+  std::ofstream(t.path("s2.json")) << R"({"tokens": 2, "inject": {"nan_kv_rows": [2]}})";
+  const cli::Run bad2 = cli::run(t, "golden --preset tiny --scenario " + t.path("s2.json") + " --out " + t.path("g.h5"));
+  CHECK(bad2.rc == 2);
+  CHECK(bad2.err.find(": nan_kv_row 2 is outside 0..1") != std::string::npos);
+  CHECK(t.entries().size() == 2);  // the two scenario files: no golden, no temporary
+}
+
 TEST_CASE("values: rows whose attention is all zero (zero_attn_rows): attn, attn8, x_scale, o_proj rows +0; h_mid = h_in") {
   NEED_K4();
   auto m = make(R"({"tokens": 3, "context": [600], "inject": {"zero_attn_rows": [2]}})");

@@ -4,7 +4,8 @@
 // stage and rank compared, none differing. The scenarios cover what the random sweep does
 // not: kv_page_stride 8, one static K / V scale a cache, the selected-pages KV form, and the
 // injections (NaN / Inf / -0 scores, extreme q / KV / residual, zero rows, one expert
-// for every token). A bit flipped in the dump afterwards must be found at its stage.
+// for every token, and the special values: NaN / Inf / -0 in q, h_in, the KV caches and
+// scales and the weights, a NaN weight, NaN K / V codes a row reads, all-zero attention). A bit flipped in the dump afterwards must be found at its stage.
 //
 //   k4_gpu_tests -ts=gpu_golden
 #include <doctest/doctest.h>
@@ -65,6 +66,14 @@ std::vector<GoldenCase> golden_cases() {
     s.inject.extreme_q = true, s.inject.extreme_kv = true, s.inject.huge_residual = true, s.inject.zero_rows = {2, 5};
   }
   add("one expert for every token", "tiny", 2, 12, {"medium"}).inject.repeated_expert = 3;
+  {  // the special-value scenarios of docs/reliability.md, "Values the model defines"
+    Scenario& s = add("special q, h_in, kv; zero attention row", "tiny", 2, 6, {"long", "short", "medium"});
+    s.inject.special_q = true, s.inject.special_h_in = true, s.inject.special_kv = true, s.inject.zero_attn_rows = {4};
+  }
+  add("special weights", "tiny", 2, 4, {"short", "medium"}).inject.special_weights = true;
+  add("a NaN in w_o", "tiny", 2, 3, {"short"}).inject.nan_weight = "w_o";
+  add("a NaN in w_gate", "tiny", 1, 3, {"medium"}).inject.nan_weight = "w_gate";
+  add("NaN K and V codes a row reads", "tiny", 2, 4, {"short", "long", "medium", "short"}).inject.nan_kv_rows = {1};
   v.push_back(v[0]);
   v.back().name = "selected KV form";
   v.back().kv_form = "selected";

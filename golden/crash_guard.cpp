@@ -1,15 +1,19 @@
 // crash_guard.cpp -- see crash_guard.hpp.
 #include "golden/crash_guard.hpp"
 
+#include <elf.h>
 #include <execinfo.h>
+#include <fcntl.h>
 #include <link.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -64,12 +68,59 @@ int add_ranges(dl_phdr_info* info, size_t, void*) {
   return 0;
 }
 
+int main_bias(dl_phdr_info* info, size_t, void* out) {  // the first object is the program
+  *static_cast<uintptr_t*>(out) = uintptr_t(info->dlpi_addr);
+  return 1;
+}
+
+// libhdf5 linked into the program (the device build links it statically): the span of the
+// program's functions named H5* in its symbol table. libhdf5.a's members are linked as one
+// block, so the span holds their static helpers too and none of our code (k4::h5 is mangled
+// "_ZN2k42h5...", never "H5").
+void add_static_range() {
+  const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st {};
+  void* map = fstat(fd, &st) == 0 ? mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  close(fd);
+  if (map == MAP_FAILED) return;
+  const auto* base = static_cast<const unsigned char*>(map);
+  const size_t size = size_t(st.st_size);
+  const auto* eh = reinterpret_cast<const ElfW(Ehdr)*>(base);
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  if (size >= sizeof *eh && std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_shoff &&
+      eh->e_shoff + size_t(eh->e_shnum) * sizeof(ElfW(Shdr)) <= size) {
+    const auto* sh = reinterpret_cast<const ElfW(Shdr)*>(base + eh->e_shoff);
+    for (int i = 0; i < eh->e_shnum; ++i) {
+      if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum) continue;
+      const ElfW(Shdr)& strs = sh[sh[i].sh_link];
+      if (sh[i].sh_offset + sh[i].sh_size > size || strs.sh_offset + strs.sh_size > size) continue;
+      const auto* sym = reinterpret_cast<const ElfW(Sym)*>(base + sh[i].sh_offset);
+      const size_t n = sh[i].sh_size / sizeof(ElfW(Sym));
+      const char* names = reinterpret_cast<const char*>(base + strs.sh_offset);
+      for (size_t k = 0; k < n; ++k) {
+        if (ELF64_ST_TYPE(sym[k].st_info) != STT_FUNC || !sym[k].st_value || sym[k].st_name + 3 > strs.sh_size) continue;
+        const char* name = names + sym[k].st_name;
+        if (name[0] != 'H' || name[1] != '5') continue;
+        lo = std::min(lo, uintptr_t(sym[k].st_value));
+        hi = std::max(hi, uintptr_t(sym[k].st_value + sym[k].st_size));
+      }
+    }
+  }
+  munmap(map, size);
+  if (lo >= hi) return;
+  uintptr_t bias = 0;
+  dl_iterate_phdr(main_bias, &bias);
+  g_ranges[g_nranges++] = {lo + bias, hi + bias};
+}
+
 // Before any handler can run: the ranges of libhdf5's code, and backtrace's unwinder loaded
 // (its first call may malloc and dlopen, which a signal handler must not).
 void prepare() {
   if (g_nranges >= 0) return;
   g_nranges = 0;
   dl_iterate_phdr(add_ranges, nullptr);
+  if (g_nranges == 0) add_static_range();
   void* frames[4];
   backtrace(frames, 4);
 }

@@ -18,9 +18,10 @@
 // (AtomicOutput notes them): a crashed run leaves no partial output, as docs/reliability.md
 // promises. The child runs with PR_SET_PDEATHSIG: killing the parent kills it too.
 //
-// K4_NO_GUARD=1 runs the command in the process itself (for a debugger). The classification
-// needs libhdf5 as a shared library (how Debian and conda ship it); linked statically, its
-// crashes read as internal errors.
+// K4_NO_GUARD=1 runs the command in the process itself (for a debugger). libhdf5's code is
+// found as a shared library (Debian's build) or, linked statically (the device build), as the
+// span of the program's H5* functions in its symbol table; in a stripped static binary its
+// crashes read as internal errors (exit 70, still no signal, still no partial output).
 #pragma once
 #include <functional>
 #include <string>

@@ -23,6 +23,8 @@
 #                                           sweep's budget: K4_GPU_BUDGET_S, default 270 s)
 #      k4_gpu_tests -ts=gpu_golden          goldens -> device -> dumps -> diff (gpu::run_golden)
 #      k4 golden | k4_device run --diff | k4 diff   the tools end to end, tiny and full preset
+#      the crash guard in this static build: k4 diff on tests/fuzz/libhdf5's corrupt dumps
+#      (exit 2, "the file is corrupt"), k4_device run on a truncated golden (exit 2)
 #   2. k4_gpu_tests_plantN -tc="plant probe" for N = 0..5: must FAIL and name stage N
 #   3. compute-sanitizer memcheck           on "plant probe" and "sanitizer case"
 #      compute-sanitizer racecheck          on "sanitizer case"
@@ -142,6 +144,25 @@ run() {
     else note "k4 golden + k4_device run + k4 diff, $p tp $tp S $S: rc=$rc"; status=1; fi
     grep -E "^k4_device run: config|first divergence|tensors" "$out/tools.log" | tail -3 >>"$sum"
   done
+  # the crash guard in the static build (HDF5 linked in): a corrupt dump that crashes libhdf5
+  # is "the file is corrupt", exit 2, for k4 diff; k4_device run refuses a truncated golden
+  # (exit 2) from its guarded child, and a SIGKILLed one dies of it
+  t0=$SECONDS
+  local gk=0
+  timeout 60 "$suite/k4" golden --preset tiny --tp 1 --tokens 2 --context 300 --out "$work/g1.h5" --force \
+    >>"$out/guard.log" 2>&1 || gk=1
+  for f in uaf_h5aexists segv_h5aexists; do
+    rc=0
+    timeout 60 "$suite/k4" diff "$work/g1.h5" "tests/fuzz/libhdf5/$f.h5" >>"$out/guard.log" 2>&1 || rc=$?
+    [[ $rc -eq 2 ]] && grep -q "libhdf5 .* crashed .*$f.h5': the file is corrupt" "$out/guard.log" || gk=1
+  done
+  head -c 20000 "$work/g1.h5" >"$work/trunc.h5"
+  rc=0
+  timeout 60 "$suite/k4_device" run "$work/trunc.h5" -o "$work/t.h5" >>"$out/guard.log" 2>&1 || rc=$?
+  [[ $rc -eq 2 && ! -e $work/t.h5 ]] || gk=1
+  if [[ $gk -eq 0 ]]; then note "crash guard (static HDF5): corrupt dumps exit 2 'the file is corrupt'; truncated golden: k4_device run exit 2 ($((SECONDS - t0)) s)"
+  else note "crash guard (static HDF5): FAIL (guard.log)"; status=1; fi
+  tail -4 "$out/guard.log" | cut -c1-300 >>"$sum"
   rm -rf "$work"
 
   # 2. the planted variants must fail, naming their stage
@@ -183,7 +204,7 @@ run() {
   note "gpu-suite: $([[ $status -eq 0 ]] && echo ALL OK || echo FAILURES) (total $SECONDS s)"
   cat "$sum" >>"$log"
   # the device tool brings back 8 files: the per-step logs go into one archive
-  (cd "$out" && tar czf logs.tar.gz ./*.log && rm -f plant?.log probe.log memcheck.log racecheck.log bench.log golden.log tools.log)
+  (cd "$out" && tar czf logs.tar.gz ./*.log && rm -f plant?.log probe.log memcheck.log racecheck.log bench.log golden.log tools.log guard.log)
   return $status
 }
 

@@ -13,7 +13,9 @@
 //       and prints what `k4 diff` prints. When the device's routing picks an expert GOLDEN
 //       does not store, DUMP holds stages index .. router and the run exits 1.
 //
-// Exit status: 0 ok, 1 a mismatch (or MoE not run), 2 a usage, input or runtime error.
+// Exit status: 0 ok, 1 a mismatch (or MoE not run), 2 a usage, input or runtime error (a
+// corrupt golden that crashes libhdf5 included: the command runs in a child process watched
+// by golden/crash_guard.hpp; no CUDA call is made before it forks), 70 a crash in k4 itself.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include "device/runner.hpp"
 #include "device/tools/golden_run.hpp"
 #include "golden/compare.hpp"
+#include "golden/crash_guard.hpp"
 #include "reference/model.hpp"
 #include "tests/cpu/fixtures.hpp"
 
@@ -167,13 +170,16 @@ int main(int argc, char** argv) {
   g->add_flag("--replay", replay, "with --diff: replay each stage on the dump's inputs (k4 diff --replay)");
   CLI11_PARSE(app, argc, argv);
   ropt.run.ar_form = ar_form == "config" ? -1 : ar_form == "plain" ? 0 : 1;
-  try {
-    if (b->parsed()) return bench(bench_preset, bench_tp, tokens, bench_seq, warmup, repeats, md);
-    if (c->parsed()) return check(check_preset, check_tp, S, check_seq, seed);
-    if (g->parsed()) return run(ropt, diff, replay);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "k4_device: %s\n", e.what());
+  const std::string tool = std::string("k4_device ") + (b->parsed() ? "bench" : c->parsed() ? "check" : "run");
+  return k4::guard::run(tool, [&] {
+    try {
+      if (b->parsed()) return bench(bench_preset, bench_tp, tokens, bench_seq, warmup, repeats, md);
+      if (c->parsed()) return check(check_preset, check_tp, S, check_seq, seed);
+      if (g->parsed()) return run(ropt, diff, replay);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "k4_device: %s\n", e.what());
+      return 2;
+    }
     return 2;
-  }
-  return 2;
+  });
 }

@@ -232,6 +232,21 @@ std::string crash_message(const std::string& tool, const Shared& sh, bool corrup
          "please report it with the command line (K4_NO_GUARD=1 runs it in one process, for a debugger)." + removed;
 }
 
+// K4_GUARD_SELFTEST=libhdf5 | k4: the child crashes inside libhdf5 (a bad pointer handed to
+// H5Sget_simple_extent_dims, which writes through it) or in our code, before the command: the
+// check that this binary's guard classifies both (the static device build included).
+void self_test() {
+  const char* t = std::getenv("K4_GUARD_SELFTEST");
+  if (!t || !*t) return;
+  if (std::strcmp(t, "libhdf5") == 0) {
+    note_hdf5_file("K4_GUARD_SELFTEST");
+    const hsize_t dims[1] = {4};
+    H5Sget_simple_extent_dims(H5Screate_simple(1, dims, nullptr), reinterpret_cast<hsize_t*>(uintptr_t(8)), nullptr);
+  } else if (std::strcmp(t, "k4") == 0) {
+    *static_cast<volatile int*>(nullptr) = 1;
+  }
+}
+
 [[noreturn]] void child_main(Shared* sh, pid_t parent, const std::function<int()>& fn) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);  // the parent died before prctl
@@ -241,6 +256,7 @@ std::string crash_message(const std::string& tool, const Shared& sh, bool corrup
   if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(death_callback);
   int rc = 1;
   try {
+    self_test();
     rc = fn();
   } catch (...) {  // fn is main's body and catches what it expects; this is the last resort
     std::fprintf(stderr, "k4: internal error: an exception escaped the command\n");

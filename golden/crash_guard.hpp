@@ -18,7 +18,9 @@
 // (AtomicOutput notes them): a crashed run leaves no partial output, as docs/reliability.md
 // promises. The child runs with PR_SET_PDEATHSIG: killing the parent kills it too.
 //
-// K4_NO_GUARD=1 runs the command in the process itself (for a debugger). libhdf5's code is
+// K4_NO_GUARD=1 runs the command in the process itself (for a debugger). K4_GUARD_SELFTEST=
+// libhdf5 (or k4) makes the child crash inside libhdf5 (or in k4's code) before the command:
+// the check that a build's guard tells the two apart (exit 2 / exit 70). libhdf5's code is
 // found as a shared library (Debian's build) or, linked statically (the device build), as the
 // span of the program's H5* functions in its symbol table; in a stripped static binary its
 // crashes read as internal errors (exit 70, still no signal, still no partial output).

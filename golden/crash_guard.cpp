@@ -49,7 +49,8 @@ struct Shared {
 Shared* g_shared = nullptr;                      // set in a guarded child only
 pid_t g_parent = 0;                              // the guarded child's parent
 struct Range { uintptr_t lo, hi; };
-Range g_ranges[32];
+constexpr int kMaxRanges = 1 << 14;
+Range g_ranges[kMaxRanges];                      // sorted by lo once prepare() ran
 int g_nranges = -1;                              // -1: not looked up yet
 void (*g_on_hdf5)(int) = nullptr;                // in-process mode
 struct sigaction g_old[NSIG];
@@ -59,7 +60,7 @@ alignas(16) char g_altstack[1 << 16];
 
 int add_ranges(dl_phdr_info* info, size_t, void*) {
   if (!info->dlpi_name || !std::strstr(info->dlpi_name, "libhdf5")) return 0;
-  for (int i = 0; i < info->dlpi_phnum && g_nranges < int(sizeof g_ranges / sizeof *g_ranges); ++i) {
+  for (int i = 0; i < info->dlpi_phnum && g_nranges < kMaxRanges; ++i) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
     if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
     const uintptr_t lo = uintptr_t(info->dlpi_addr + ph.p_vaddr);
@@ -73,11 +74,12 @@ int main_bias(dl_phdr_info* info, size_t, void* out) {  // the first object is t
   return 1;
 }
 
-// libhdf5 linked into the program (the device build links it statically): the span of the
-// program's functions named H5* in its symbol table. libhdf5.a's members are linked as one
-// block, so the span holds their static helpers too and none of our code (k4::h5 is mangled
-// "_ZN2k42h5...", never "H5").
-void add_static_range() {
+// libhdf5 linked into the program (the device build links it statically): the program's
+// functions named H5* in its symbol table (HDF5 names its static functions H5X__ too; k4::h5
+// is mangled "_ZN2k42h5...", never "H5"), each its own range, merged where they touch. Not one
+// span: gcc puts every function's cold part (".cold") at the start of .text, ours among
+// HDF5's. A stripped binary has none (gpu-suite.sh strips with --keep-symbol='H5*').
+void add_static_ranges() {
   const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   struct stat st {};
@@ -87,7 +89,7 @@ void add_static_range() {
   const auto* base = static_cast<const unsigned char*>(map);
   const size_t size = size_t(st.st_size);
   const auto* eh = reinterpret_cast<const ElfW(Ehdr)*>(base);
-  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  const int first = g_nranges;
   if (size >= sizeof *eh && std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_shoff &&
       eh->e_shoff + size_t(eh->e_shnum) * sizeof(ElfW(Shdr)) <= size) {
     const auto* sh = reinterpret_cast<const ElfW(Shdr)*>(base + eh->e_shoff);
@@ -101,17 +103,24 @@ void add_static_range() {
       for (size_t k = 0; k < n; ++k) {
         if (ELF64_ST_TYPE(sym[k].st_info) != STT_FUNC || !sym[k].st_value || sym[k].st_name + 3 > strs.sh_size) continue;
         const char* name = names + sym[k].st_name;
-        if (name[0] != 'H' || name[1] != '5') continue;
-        lo = std::min(lo, uintptr_t(sym[k].st_value));
-        hi = std::max(hi, uintptr_t(sym[k].st_value + sym[k].st_size));
+        if (name[0] != 'H' || name[1] != '5' || g_nranges >= kMaxRanges) continue;
+        g_ranges[g_nranges++] = {uintptr_t(sym[k].st_value), uintptr_t(sym[k].st_value + std::max<uint64_t>(sym[k].st_size, 1))};
       }
     }
   }
   munmap(map, size);
-  if (lo >= hi) return;
   uintptr_t bias = 0;
   dl_iterate_phdr(main_bias, &bias);
-  g_ranges[g_nranges++] = {lo + bias, hi + bias};
+  std::sort(g_ranges + first, g_ranges + g_nranges, [](const Range& a, const Range& b) { return a.lo < b.lo; });
+  int n = first;
+  for (int i = first; i < g_nranges; ++i) {
+    const Range r{g_ranges[i].lo + bias, g_ranges[i].hi + bias};
+    if (n > first && r.lo <= g_ranges[n - 1].hi + 16)  // touching, or alignment padding apart
+      g_ranges[n - 1].hi = std::max(g_ranges[n - 1].hi, r.hi);
+    else
+      g_ranges[n++] = r;
+  }
+  g_nranges = n;
 }
 
 // Before any handler can run: the ranges of libhdf5's code, and backtrace's unwinder loaded
@@ -120,7 +129,8 @@ void prepare() {
   if (g_nranges >= 0) return;
   g_nranges = 0;
   dl_iterate_phdr(add_ranges, nullptr);
-  if (g_nranges == 0) add_static_range();
+  if (g_nranges == 0) add_static_ranges();
+  std::sort(g_ranges, g_ranges + g_nranges, [](const Range& a, const Range& b) { return a.lo < b.lo; });
   void* frames[4];
   backtrace(frames, 4);
 }
@@ -274,9 +284,13 @@ int owner_pid() { return g_parent ? g_parent : getpid(); }
 bool in_libhdf5(const void* pc) {
   if (g_nranges < 0) prepare();  // not from a handler: prepare() ran before any was installed
   const uintptr_t p = reinterpret_cast<uintptr_t>(pc);
-  for (int i = 0; i < g_nranges; ++i)
-    if (p >= g_ranges[i].lo && p < g_ranges[i].hi) return true;
-  return false;
+  int lo = 0, hi = g_nranges;  // the last range starting at or below p
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (g_ranges[mid].lo <= p) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo > 0 && p < g_ranges[lo - 1].hi;
 }
 
 void note_hdf5_file(const std::string& file) {

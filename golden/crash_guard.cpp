@@ -226,9 +226,9 @@ bool guard_off() {
   return e && *e && std::strcmp(e, "0") != 0;
 }
 
-std::string crash_message(const std::string& tool, const Shared& sh, bool corrupt) {
+std::string crash_message(const std::string& tool, const Shared& sh, bool corrupt, int n_removed) {
   const std::string what = sh.signo ? signal_name(sh.signo) : std::string("a sanitizer report");
-  std::string removed = sh.n_outputs > 0 ? " Its unfinished outputs were removed." : "";
+  const std::string removed = n_removed > 0 ? " Its unfinished outputs were removed." : "";
   if (corrupt) {
     const std::string file = sh.hdf5_file[0] ? "HDF5 file '" + std::string(sh.hdf5_file) + "'" : "an HDF5 file";
     return tool + ": error: libhdf5 " + h5::library_version() + " crashed (" + what + ") on " + file +
@@ -347,15 +347,16 @@ Result run_child(const std::string& tool, const std::function<int()>& fn) {
   for (size_t i = 0; i < sizeof kForwarded / sizeof *kForwarded; ++i) sigaction(kForwarded[i], &old[i], nullptr);
   g_child = 0;
 
+  int n_removed = 0;
   for (int i = 0; i < sh->n_outputs; ++i) {  // the child is gone: its temporaries (named with this pid) too
     std::error_code ec;
-    std::filesystem::remove(temporary_path(sh->outputs[i], getpid()), ec);
+    n_removed += std::filesystem::remove(temporary_path(sh->outputs[i], getpid()), ec) ? 1 : 0;
   }
   Result r;
   const bool died = WIFSIGNALED(st);
   if (sh->crashed && (died || WEXITSTATUS(st) != 0)) {
     const bool corrupt = sh->in_hdf5 && !sh->finished;
-    r = {corrupt ? Outcome::CorruptHdf5 : Outcome::InternalCrash, corrupt ? 2 : 70, crash_message(tool, *sh, corrupt)};
+    r = {corrupt ? Outcome::CorruptHdf5 : Outcome::InternalCrash, corrupt ? 2 : 70, crash_message(tool, *sh, corrupt, n_removed)};
   } else if (died) {
     const int sig = WTERMSIG(st);
     r = {Outcome::Killed, sig, ""};

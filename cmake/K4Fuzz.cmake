@@ -33,8 +33,8 @@ function(k4_add_fuzz_targets)
   # megabytes a fuzz input: their comparisons are not traced (-fsanitize-coverage=trace-cmp
   # calls a hook per loop iteration, 20x slower); edge coverage, ASan and UBSan stay.
   file(GLOB_RECURSE _k4_untraced CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/reference/*.cpp")
-  file(GLOB _k4_untraced_golden CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/golden/compare*.cpp"
-       "${PROJECT_SOURCE_DIR}/golden/synth.cpp")
+  file(GLOB _k4_untraced_golden CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/golden/diff/*.cpp"
+       "${PROJECT_SOURCE_DIR}/golden/inputs/synth.cpp")
   set_property(SOURCE ${_k4_untraced} ${_k4_untraced_golden} APPEND PROPERTY COMPILE_OPTIONS
                "-fno-sanitize-coverage=trace-cmp")
   file(GLOB _k4_fuzz_sources CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_*.cpp")

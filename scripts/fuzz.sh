@@ -23,7 +23,7 @@
 # (ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=2048, no libFuzzer malloc
 # limit; C++ new still reports). It runs
 # in fork mode (-fork=1): a crash inside libhdf5 is handled as the k4 tools handle it
-# (golden/crash_guard.hpp): the job saves the input into fuzz-work/hdf5_bytes/handled/ and
+# (golden/io/crash_guard.hpp): the job saves the input into fuzz-work/hdf5_bytes/handled/ and
 # ends, libFuzzer starts the next. ASan / LSan reports from inside libhdf5 are suppressed
 # (tests/fuzz/libhdf5/{asan,lsan}.supp). After the run every handled input goes through the
 # production `k4 diff` (K4_BIN, default build/k4) against a tiny golden: it must exit 2 with

@@ -233,7 +233,7 @@ emulate() {
   local h5inc h5lib
   h5inc=$(pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial)
   h5lib=$(pkg-config --libs hdf5 2>/dev/null || echo -lhdf5_serial)
-  for f in reference/*.cpp reference/stages/*.cpp golden/*.cpp tests/cpu/fixtures.cpp tests/gpu/test_stages_gpu.cpp \
+  for f in reference/*.cpp reference/stages/*.cpp golden/*/*.cpp tests/cpu/fixtures.cpp tests/gpu/test_stages_gpu.cpp \
            tests/gpu/test_golden_run_gpu.cpp device/tools/golden_run.cpp "$dir/main.cpp"; do
     local o="$dir/$(echo "$f" | tr / _).o"
     "${cxx[@]}" $h5inc -c "$f" -o "$o" & pids+=($!)

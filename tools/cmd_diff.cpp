@@ -1,5 +1,5 @@
 // cmd_diff.cpp -- k4 diff GOLDEN DUMP and k4 replay GOLDEN DUMP: a kernel's dump compared
-// bit for bit with a golden, stage by stage (golden/compare.hpp), optionally with the
+// bit for bit with a golden, stage by stage (golden/diff/compare.hpp), optionally with the
 // replay of each stage on the dump's own inputs; text on stdout, --json, --html.
 // Exit codes: 0 every tensor compared matches, 1 a mismatch, 2 an unusable input.
 #include <chrono>
@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "golden/atomic_file.hpp"
-#include "golden/compare.hpp"
+#include "golden/io/atomic_file.hpp"
+#include "golden/diff/compare.hpp"
 #include "tools/commands.hpp"
 #include "tools/report_html.hpp"
 
@@ -30,7 +30,7 @@ void write_report(AtomicOutput& out, const std::string& text, const char* what) 
     f.close();
     if (!f) throw std::runtime_error(std::string("cannot write the ") + what + " report " + out.temp_path());
   }
-  count_written(text.size());  // K4_FAIL_AFTER_BYTES (golden/atomic_file.hpp)
+  count_written(text.size());  // K4_FAIL_AFTER_BYTES (golden/io/atomic_file.hpp)
   out.commit();
 }
 

@@ -9,12 +9,12 @@
 #include <sstream>
 #include <string>
 
-#include "golden/atomic_file.hpp"
-#include "golden/checkpoint.hpp"
-#include "golden/file_check.hpp"
-#include "golden/scenario.hpp"
-#include "golden/schema.hpp"
-#include "golden/synth.hpp"
+#include "golden/io/atomic_file.hpp"
+#include "golden/inputs/checkpoint.hpp"
+#include "golden/io/file_check.hpp"
+#include "golden/inputs/scenario.hpp"
+#include "golden/format/schema.hpp"
+#include "golden/inputs/synth.hpp"
 #include "reference/model.hpp"
 #include "tools/commands.hpp"
 #include "tools/progress.hpp"

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "golden/compare.hpp"
-#include "golden/file_check.hpp"
-#include "golden/hdf5.hpp"
-#include "golden/schema.hpp"
+#include "golden/diff/compare.hpp"
+#include "golden/io/file_check.hpp"
+#include "golden/io/hdf5.hpp"
+#include "golden/format/schema.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/e2m1.hpp"
 #include "reference/numerics/e4m3.hpp"

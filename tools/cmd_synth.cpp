@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <string>
 
-#include "golden/atomic_file.hpp"
-#include "golden/synth.hpp"
+#include "golden/io/atomic_file.hpp"
+#include "golden/inputs/synth.hpp"
 #include "reference/config.hpp"
 #include "tools/commands.hpp"
 #include "tools/progress.hpp"

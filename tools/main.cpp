@@ -1,6 +1,6 @@
 // main.cpp -- the k4 command: k4 synth | golden | inspect | diff | replay (k4 SUBCOMMAND --help).
 //
-// The command runs in a child process watched by the crash guard (golden/crash_guard.hpp):
+// The command runs in a child process watched by the crash guard (golden/io/crash_guard.hpp):
 // a corrupt HDF5 file that crashes libhdf5 ends in an error naming the file and exit 2.
 #include <cstdio>
 #include <exception>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "golden/crash_guard.hpp"
-#include "golden/schema.hpp"
+#include "golden/io/crash_guard.hpp"
+#include "golden/format/schema.hpp"
 #include "tools/commands.hpp"
 
 int main(int argc, char** argv) {

@@ -8,7 +8,7 @@
 #pragma once
 #include <string>
 
-#include "golden/compare.hpp"
+#include "golden/diff/compare.hpp"
 
 namespace k4::tools {
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "golden/atomic_file.hpp"
-#include "golden/compare.hpp"
-#include "golden/schema.hpp"
+#include "golden/io/atomic_file.hpp"
+#include "golden/diff/compare.hpp"
+#include "golden/format/schema.hpp"
 
 namespace k4::gpu {
 

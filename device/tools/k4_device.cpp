@@ -15,7 +15,7 @@
 //
 // Exit status: 0 ok, 1 a mismatch (or MoE not run), 2 a usage, input or runtime error (a
 // corrupt golden that crashes libhdf5 included: the command runs in a child process watched
-// by golden/crash_guard.hpp; no CUDA call is made before it forks), 70 a crash in k4 itself.
+// by golden/io/crash_guard.hpp; no CUDA call is made before it forks), 70 a crash in k4 itself.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -27,8 +27,8 @@
 
 #include "device/runner.hpp"
 #include "device/tools/golden_run.hpp"
-#include "golden/compare.hpp"
-#include "golden/crash_guard.hpp"
+#include "golden/diff/compare.hpp"
+#include "golden/io/crash_guard.hpp"
 #include "reference/model.hpp"
 #include "tests/cpu/fixtures.hpp"
 

@@ -2,7 +2,7 @@
 // --html, golden::write_inputs_file, golden::write_dump) writes a temporary and renames it.
 //  (a) an existing output is refused without --force (exit 2, one message), byte for byte
 //      unchanged;
-//  (b) a run that fails after the output was opened (K4_FAIL_AFTER_BYTES, golden/atomic_file.hpp,
+//  (b) a run that fails after the output was opened (K4_FAIL_AFTER_BYTES, golden/io/atomic_file.hpp,
 //      or a bad input found late) leaves neither the output nor a temporary, and an existing
 //      output it was to replace (--force) unchanged;
 //  (c) a run killed with SIGKILL mid-write leaves no file at the output path; its
@@ -23,9 +23,9 @@
 #include <thread>
 #include <vector>
 
-#include "golden/atomic_file.hpp"
-#include "golden/compare.hpp"
-#include "golden/schema.hpp"
+#include "golden/io/atomic_file.hpp"
+#include "golden/diff/compare.hpp"
+#include "golden/format/schema.hpp"
 #include "tests/cpu/cli_run.hpp"
 
 extern char** environ;
@@ -261,7 +261,7 @@ TEST_CASE("atomic (c): k4 golden killed with SIGKILL mid-write: no file at --out
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   kill_and_reap(t, pid);
   REQUIRE(seen);
-  // the command runs in k4's child (golden/crash_guard.hpp), which dies with k4: given the
+  // the command runs in k4's child (golden/io/crash_guard.hpp), which dies with k4: given the
   // second it would need to finish the file, it still writes nothing
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   CHECK(!fs::exists(g));

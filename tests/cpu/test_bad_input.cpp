@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "golden/compare.hpp"
-#include "golden/hdf5.hpp"
-#include "golden/hf_names.hpp"
-#include "golden/safetensors.hpp"
-#include "golden/schema.hpp"
+#include "golden/diff/compare.hpp"
+#include "golden/io/hdf5.hpp"
+#include "golden/inputs/hf_names.hpp"
+#include "golden/io/safetensors.hpp"
+#include "golden/format/schema.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "tests/cpu/cli_run.hpp"
 
@@ -614,7 +614,7 @@ TEST_CASE("bad input: dump whose tokens or tp differ from the golden's") {
 }
 
 TEST_CASE("dump tensor of the wrong dtype / shape, or missing: a finding about the kernel (exit 1 / 0), named") {
-  // Not exit 2 by design (golden/compare.hpp): a dump may hold any subset of the schema, and a
+  // Not exit 2 by design (golden/diff/compare.hpp): a dump may hold any subset of the schema, and a
   // tensor the kernel wrote with another dtype or shape is a mismatch of that tensor.
   NEED_WORLD();
   Case c;

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "golden/schema.hpp"
+#include "golden/format/schema.hpp"
 #include "tests/cpu/cli_run.hpp"
 
 namespace fs = std::filesystem;

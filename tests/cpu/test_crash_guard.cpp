@@ -1,4 +1,4 @@
-// test_crash_guard.cpp -- golden/crash_guard.hpp: a corrupt HDF5 file that crashes libhdf5
+// test_crash_guard.cpp -- golden/io/crash_guard.hpp: a corrupt HDF5 file that crashes libhdf5
 // ends in a clear error and exit 2; our own crashes are internal errors (70); a killed
 // command dies of its signal; a crashed command leaves no partial output.
 //
@@ -20,9 +20,9 @@
 #include <string>
 #include <thread>
 
-#include "golden/atomic_file.hpp"
-#include "golden/crash_guard.hpp"
-#include "golden/hdf5.hpp"
+#include "golden/io/atomic_file.hpp"
+#include "golden/io/crash_guard.hpp"
+#include "golden/io/hdf5.hpp"
 #include "tests/cpu/cli_run.hpp"
 
 // The k4 beside these tests is built like them: with a sanitizer, a crash is its report.

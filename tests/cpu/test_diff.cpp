@@ -17,8 +17,8 @@
 
 #include "tests/cpu/cli_run.hpp"
 #include "reference/numerics/hd.hpp"
-#include "golden/compare.hpp"
-#include "golden/hdf5.hpp"
+#include "golden/diff/compare.hpp"
+#include "golden/io/hdf5.hpp"
 #include "tests/cpu/test_diff_world.hpp"
 
 namespace fs = std::filesystem;

@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "golden/compare.hpp"
+#include "golden/diff/compare.hpp"
 #include "tests/cpu/test_diff_world.hpp"
 
 using namespace k4;

@@ -11,8 +11,8 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "golden/scenario.hpp"
-#include "golden/synth.hpp"
+#include "golden/inputs/scenario.hpp"
+#include "golden/inputs/synth.hpp"
 
 namespace fs = std::filesystem;
 

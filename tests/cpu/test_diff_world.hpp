@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "golden/compare.hpp"
+#include "golden/diff/compare.hpp"
 #include "reference/model.hpp"
 
 namespace k4::test {

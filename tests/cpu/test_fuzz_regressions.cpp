@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "golden/compare.hpp"
-#include "golden/scenario.hpp"
-#include "golden/schema.hpp"
+#include "golden/diff/compare.hpp"
+#include "golden/inputs/scenario.hpp"
+#include "golden/format/schema.hpp"
 #include "tests/fuzz/golden_edits.hpp"
 
 namespace fs = std::filesystem;

@@ -16,10 +16,10 @@
 #include <memory>
 #include <string>
 
-#include "golden/hdf5.hpp"
-#include "golden/scenario.hpp"
-#include "golden/schema.hpp"
-#include "golden/synth.hpp"
+#include "golden/io/hdf5.hpp"
+#include "golden/inputs/scenario.hpp"
+#include "golden/format/schema.hpp"
+#include "golden/inputs/synth.hpp"
 #include "reference/model.hpp"
 
 namespace fs = std::filesystem;

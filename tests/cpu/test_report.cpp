@@ -17,7 +17,7 @@
 #include <string>
 
 #include "tests/cpu/cli_run.hpp"
-#include "golden/compare.hpp"
+#include "golden/diff/compare.hpp"
 #include "tests/cpu/test_diff_world.hpp"
 
 namespace fs = std::filesystem;

@@ -12,10 +12,10 @@
 #include <iterator>
 #include <string>
 
-#include "golden/checkpoint.hpp"
-#include "golden/hf_names.hpp"
-#include "golden/safetensors.hpp"
-#include "golden/synth.hpp"
+#include "golden/inputs/checkpoint.hpp"
+#include "golden/inputs/hf_names.hpp"
+#include "golden/io/safetensors.hpp"
+#include "golden/inputs/synth.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/e4m3.hpp"
 #include "reference/numerics/mx.hpp"

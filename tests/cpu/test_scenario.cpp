@@ -7,8 +7,8 @@
 #include <cstring>
 #include <set>
 
-#include "golden/scenario.hpp"
-#include "golden/synth.hpp"
+#include "golden/inputs/scenario.hpp"
+#include "golden/inputs/synth.hpp"
 #include "reference/model.hpp"
 #include "reference/numerics/bf16.hpp"
 

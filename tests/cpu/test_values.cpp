@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "reference/numerics/hd.hpp"
-#include "golden/compare.hpp"
-#include "golden/scenario.hpp"
-#include "golden/schema.hpp"
-#include "golden/synth.hpp"
+#include "golden/diff/compare.hpp"
+#include "golden/inputs/scenario.hpp"
+#include "golden/format/schema.hpp"
+#include "golden/inputs/synth.hpp"
 #include "reference/model.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "tests/cpu/cli_run.hpp"

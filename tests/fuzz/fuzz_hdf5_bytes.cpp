@@ -7,7 +7,7 @@
 // golden against it.
 // Not findings: FormatError / std::invalid_argument, std::runtime_error (h5::Error).
 // Findings: as fuzz_golden_reader. libhdf5 (Debian's 1.10.8) crashes on some corrupt files;
-// the k4 tools run every command under golden/crash_guard.hpp, which turns such a crash into
+// the k4 tools run every command under golden/io/crash_guard.hpp, which turns such a crash into
 // "the file is corrupt", exit 2. So a crash with libhdf5 on its stack is not a finding here:
 // the guard's in-process classifier saves the input into $K4_FUZZ_HANDLED_DIR (if set) and
 // ends the process with 0 (run in fork mode: libFuzzer starts the next job), and
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "golden/crash_guard.hpp"
+#include "golden/io/crash_guard.hpp"
 #include "tests/fuzz/golden_edits.hpp"
 
 using namespace k4;

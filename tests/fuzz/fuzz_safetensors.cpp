@@ -1,4 +1,4 @@
-// fuzz_safetensors.cpp -- libFuzzer target: the safetensors reader (golden/safetensors.hpp)
+// fuzz_safetensors.cpp -- libFuzzer target: the safetensors reader (golden/io/safetensors.hpp)
 // on arbitrary bytes.
 //
 // Feeds: the input as a whole .safetensors file (one tmpfs file, rewritten for every input),
@@ -7,7 +7,7 @@
 // shape (must succeed) and with another dtype and another shape (must throw
 // std::invalid_argument); every data byte of every tensor is read; the header's promises
 // are checked (nbytes == numel * dtype size without overflow, data inside the file). Then
-// Checkpoint (golden/checkpoint.hpp) opens the same file and looks up the layer's names.
+// Checkpoint (golden/inputs/checkpoint.hpp) opens the same file and looks up the layer's names.
 // Not a finding: std::invalid_argument (the reader's bad-input error, exit 2).
 // Findings: crashes, ASan / UBSan reports, any other exception (std::logic_error, a JSON
 // library exception, bad_alloc), a broken promise (abort), hangs (-timeout), huge
@@ -16,9 +16,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "golden/checkpoint.hpp"
-#include "golden/hf_names.hpp"
-#include "golden/safetensors.hpp"
+#include "golden/inputs/checkpoint.hpp"
+#include "golden/inputs/hf_names.hpp"
+#include "golden/io/safetensors.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 
 using namespace k4;

@@ -1,5 +1,5 @@
-// fuzz_scenario.cpp -- libFuzzer target: the scenario JSON parser (golden/scenario.hpp) and
-// the config JSON parser (config_from_json, golden/schema.hpp), then the step inputs built
+// fuzz_scenario.cpp -- libFuzzer target: the scenario JSON parser (golden/inputs/scenario.hpp) and
+// the config JSON parser (config_from_json, golden/format/schema.hpp), then the step inputs built
 // from what they accept.
 //
 // Feeds: the input is SCENARIO_JSON, optionally followed by a NUL byte and CONFIG_JSON.
@@ -23,9 +23,9 @@
 #include <cstdint>
 #include <string>
 
-#include "golden/scenario.hpp"
-#include "golden/schema.hpp"
-#include "golden/synth.hpp"
+#include "golden/inputs/scenario.hpp"
+#include "golden/format/schema.hpp"
+#include "golden/inputs/synth.hpp"
 #include "reference/model.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 

@@ -39,11 +39,11 @@
 #include <string>
 #include <vector>
 
-#include "golden/compare.hpp"
-#include "golden/hdf5.hpp"
-#include "golden/scenario.hpp"
-#include "golden/schema.hpp"
-#include "golden/synth.hpp"
+#include "golden/diff/compare.hpp"
+#include "golden/io/hdf5.hpp"
+#include "golden/inputs/scenario.hpp"
+#include "golden/format/schema.hpp"
+#include "golden/inputs/synth.hpp"
 #include "reference/model.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 

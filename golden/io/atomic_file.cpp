@@ -1,7 +1,7 @@
 // atomic_file.cpp -- see atomic_file.hpp.
-#include "golden/atomic_file.hpp"
+#include "golden/io/atomic_file.hpp"
 
-#include "golden/crash_guard.hpp"
+#include "golden/io/crash_guard.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,5 +1,5 @@
 // checkpoint.cpp -- see checkpoint.hpp.
-#include "golden/checkpoint.hpp"
+#include "golden/inputs/checkpoint.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "golden/hf_names.hpp"
+#include "golden/inputs/hf_names.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/e4m3.hpp"
 #include "reference/numerics/mx.hpp"

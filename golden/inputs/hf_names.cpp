@@ -1,5 +1,5 @@
 // hf_names.cpp -- the one table of Hugging Face names (see hf_names.hpp).
-#include "golden/hf_names.hpp"
+#include "golden/inputs/hf_names.hpp"
 
 #include <stdexcept>
 

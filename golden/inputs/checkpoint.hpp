@@ -1,7 +1,7 @@
 // checkpoint.hpp -- one MiniMax-M3 layer's K4 weights from a safetensors checkpoint.
 //
 // PATH is one .safetensors file or a directory of them (every *.safetensors inside is
-// mapped; a tensor name must occur in exactly one). Names: golden/hf_names.hpp.
+// mapped; a tensor name must occur in exactly one). Names: golden/inputs/hf_names.hpp.
 // Forms accepted (docs/golden-format.md, "Checkpoints"):
 //  - o_proj F8_E4M3 with a per-row F32 weight_scale, used as stored; or BF16 / F32,
 //    quantized per output row on load: amax = max |x| over the whole row (all tp*o_k
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "golden/safetensors.hpp"
+#include "golden/io/safetensors.hpp"
 #include "reference/config.hpp"
 #include "reference/weights.hpp"
 

@@ -1,4 +1,4 @@
-// compare_replay.cpp -- replay: each stage's reference function run on the dump's own
+// replay.cpp -- replay: each stage's reference function run on the dump's own
 // upstream tensors, compared with the dump's outputs of that stage (compare.hpp).
 //
 // An input of a step is taken from, in order: the dump's copy at the stage's inputs, the
@@ -19,7 +19,7 @@
 #include <functional>
 #include <map>
 
-#include "golden/compare.hpp"
+#include "golden/diff/compare.hpp"
 #include "reference/model.hpp"
 
 namespace k4::golden {

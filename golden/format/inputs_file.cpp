@@ -6,10 +6,10 @@
 // Datasets carry dtype / dims / meaning like a golden's; attribute n_pages on /rank<r>/inputs.
 #include <nlohmann/json.hpp>
 
-#include "golden/atomic_file.hpp"
-#include "golden/file_check.hpp"
-#include "golden/hdf5.hpp"
-#include "golden/schema.hpp"
+#include "golden/io/atomic_file.hpp"
+#include "golden/io/file_check.hpp"
+#include "golden/io/hdf5.hpp"
+#include "golden/format/schema.hpp"
 #include "reference/model.hpp"
 
 namespace k4::golden {
@@ -41,7 +41,7 @@ void put(const h5::Group& g, const TensorSpec& s, const DimSizes& d, const std::
                                 d.dims_of(s.dims) + ")");
   h5::Dataset ds = g.create_dataset(s.name, elem_for(s.dtype), shape);
   ds.write_raw(v.data(), elem_for(s.dtype));
-  count_written(v.size() * sizeof(T));  // K4_FAIL_AFTER_BYTES (atomic_file.hpp)
+  count_written(v.size() * sizeof(T));  // K4_FAIL_AFTER_BYTES (golden/io/atomic_file.hpp)
   ds.set_attr("dtype", dtype_name(s.dtype));
   ds.set_attr("dims", d.dims_of(s.dims));
   ds.set_attr("meaning", s.meaning);

@@ -1,5 +1,5 @@
 // scenario.cpp -- see scenario.hpp.
-#include "golden/scenario.hpp"
+#include "golden/inputs/scenario.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -12,7 +12,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "golden/synth.hpp"
+#include "golden/inputs/synth.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/e4m3.hpp"
 

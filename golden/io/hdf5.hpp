@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "golden/crash_guard.hpp"
+#include "golden/io/crash_guard.hpp"
 
 namespace k4::h5 {
 

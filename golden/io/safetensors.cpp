@@ -1,5 +1,5 @@
 // safetensors.cpp -- see safetensors.hpp.
-#include "golden/safetensors.hpp"
+#include "golden/io/safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "golden/atomic_file.hpp"
+#include "golden/io/atomic_file.hpp"
 
 namespace k4::st {
 namespace {

@@ -25,7 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "golden/schema.hpp"
+#include "golden/format/dump.hpp"  // write_dump, DumpSelection (the dumps compared here)
+#include "golden/format/schema.hpp"
 
 namespace k4::golden {
 
@@ -225,21 +226,5 @@ void replay_stages(DiffReport& rep, const std::string& golden_path, const DumpRe
 // all_mismatches.
 std::string report_text(const DiffReport& rep, bool all_mismatches = false);
 std::string report_json(const DiffReport& rep);
-
-// ---- writing dumps ---------------------------------------------------------------------
-
-// What write_dump stores: empty lists mean every rank / every stage; omit names tensors
-// ("split/outputs/o", or "rank1/split/outputs/o" for one rank) left out.
-struct DumpSelection {
-  std::vector<int> ranks;
-  std::vector<std::string> stages;
-  std::vector<std::string> omit;
-};
-
-// A dump in the golden schema: root attributes magic, schema_version, config, tp, tokens,
-// kind = "dump"; /rank<r>/<stage>/outputs/* of the selection (dtype, dims, meaning
-// attributes as in a golden). What a kernel runner writes; the tests' planted faults too.
-void write_dump(const std::string& path, const Config& cfg, int tokens, const StepResult& res,
-                const DumpSelection& sel = {}, bool overwrite = false);
 
 }  // namespace k4::golden

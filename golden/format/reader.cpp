@@ -4,9 +4,9 @@
 #include <map>
 #include <mutex>
 
-#include "golden/file_check.hpp"
-#include "golden/hdf5.hpp"
-#include "golden/schema.hpp"
+#include "golden/io/file_check.hpp"
+#include "golden/io/hdf5.hpp"
+#include "golden/format/schema.hpp"
 
 namespace k4::golden {
 namespace {

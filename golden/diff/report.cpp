@@ -1,10 +1,10 @@
-// compare_report.cpp -- a DiffReport as text (k4 diff's output) and as JSON (--json).
+// report.cpp -- a DiffReport as text (k4 diff's output) and as JSON (--json).
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
 
-#include "golden/compare.hpp"
+#include "golden/diff/compare.hpp"
 
 namespace k4::golden {
 namespace {

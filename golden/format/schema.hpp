@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "golden/hdf5.hpp"
+#include "golden/io/hdf5.hpp"
 #include "reference/config.hpp"
 #include "reference/inputs.hpp"
 #include "reference/model.hpp"

@@ -1,12 +1,12 @@
 // synth.cpp -- see synth.hpp.
-#include "golden/synth.hpp"
+#include "golden/inputs/synth.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-#include "golden/hf_names.hpp"
-#include "golden/safetensors.hpp"
-#include "golden/schema.hpp"
+#include "golden/inputs/hf_names.hpp"
+#include "golden/io/safetensors.hpp"
+#include "golden/format/schema.hpp"
 #include "reference/numerics/bf16.hpp"
 
 namespace k4::synth {

@@ -1,5 +1,5 @@
 // hdf5.cpp -- see hdf5.hpp.
-#include "golden/hdf5.hpp"
+#include "golden/io/hdf5.hpp"
 
 #include <cstring>
 #include <mutex>

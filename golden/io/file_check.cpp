@@ -1,5 +1,5 @@
 // file_check.cpp -- see file_check.hpp.
-#include "golden/file_check.hpp"
+#include "golden/io/file_check.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

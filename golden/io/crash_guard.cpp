@@ -1,5 +1,5 @@
 // crash_guard.cpp -- see crash_guard.hpp.
-#include "golden/crash_guard.hpp"
+#include "golden/io/crash_guard.hpp"
 
 #include <elf.h>
 #include <execinfo.h>
@@ -22,8 +22,8 @@
 #include <filesystem>
 #include <new>
 
-#include "golden/atomic_file.hpp"
-#include "golden/hdf5.hpp"
+#include "golden/io/atomic_file.hpp"
+#include "golden/io/hdf5.hpp"
 
 // Present only in a sanitizer build (ASan, UBSan, TSan): called when a report ends the process.
 extern "C" void __sanitizer_set_death_callback(void (*)(void)) __attribute__((weak));

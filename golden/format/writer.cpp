@@ -1,0 +1,332 @@
+// writer.cpp -- write_golden: a step's inputs, weights and results as a golden (schema.hpp).
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "golden/format/schema.hpp"
+#include "golden/io/atomic_file.hpp"
+#include "golden/io/hdf5.hpp"
+
+namespace k4::golden {
+
+namespace {
+
+struct Writer {
+  h5::File file;
+  DimSizes dims;
+  uint64_t done = 0, total = 0;
+  const WriteOptions* opt = nullptr;
+
+  void tick(uint64_t bytes) {
+    count_written(bytes);  // K4_FAIL_AFTER_BYTES (golden/io/atomic_file.hpp)
+    done += bytes;
+    if (opt->progress) opt->progress(done, total);
+  }
+
+  void describe(const h5::Dataset& d, const TensorSpec& s) const {
+    d.set_attr("dtype", dtype_name(s.dtype));
+    d.set_attr("dims", dims.dims_of(s.dims));
+    d.set_attr("meaning", s.meaning);
+  }
+
+  // One stored tensor: shape from the table, one H5Dwrite.
+  template <class T>
+  void put(const h5::Group& g, const std::string& group, const std::string& name, const std::vector<T>& v) const {
+    const TensorSpec& s = find_spec(group, name);
+    static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4, "raw-bit element");
+    if (sizeof(T) != dtype_bytes(s.dtype)) throw std::logic_error("schema: element size of " + group + "/" + name);
+    const std::vector<uint64_t> shape = dims.shape(s.dims);
+    uint64_t n = 1;
+    for (uint64_t x : shape) n *= x;
+    if (v.size() != n)
+      throw std::invalid_argument("golden " + file.path() + ": " + g.child_path(name) + " has " +
+                                  std::to_string(v.size()) + " elements, expected " + std::to_string(n) + " (" +
+                                  dims.dims_of(s.dims) + ")");
+    h5::Dataset d = g.create_dataset(name, stored_elem(s.dtype), shape);
+    d.write_raw(v.data(), stored_elem(s.dtype));
+    describe(d, s);
+    const_cast<Writer*>(this)->tick(n * sizeof(T));
+  }
+};
+
+void put_links(const h5::Group& g, const std::string& group, int rank) {
+  for (const TensorSpec& s : tensor_specs()) {
+    if (group != s.group || s.link[0] == '\0') continue;
+    std::string target = s.link;
+    if (target[0] == '@') target = "/rank" + std::to_string(rank) + "/" + target.substr(1);
+    g.link_soft(s.name, target);
+  }
+}
+
+// A replicated weight: rank r > 0 links to rank 0's copy when the bits are equal.
+template <class T>
+void put_or_link(const Writer& W, const h5::Group& g, const std::string& group, const std::string& name,
+                 const std::vector<T>& v, const std::vector<T>& rank0, int rank) {
+  if (rank > 0 && v == rank0)
+    g.link_soft(name, "/rank0/" + group + "/" + name);
+  else
+    W.put(g, group, name, v);
+}
+
+std::vector<int32_t> used_experts(const RouteOut& route, const Config& cfg) {
+  std::set<int32_t> ids(route.ids.begin(), route.ids.end());
+  std::vector<int32_t> out;
+  for (int32_t e : ids)
+    if (e < 0 || e > cfg.n_routed)
+      throw std::invalid_argument("golden: route id " + std::to_string(e) + " is outside 0.." + std::to_string(cfg.n_routed));
+  out.assign(ids.begin(), ids.end());  // ascending: the shared expert (n_routed) last
+  return out;
+}
+
+void put_experts(Writer& W, const h5::Group& g, const LayerWeights& lw, int rank, const std::vector<int32_t>& ids) {
+  const Config& c = lw.cfg;
+  W.put(g, "moe/inputs", "expert_ids", ids);
+  struct Part {
+    const char* name;
+    std::vector<uint8_t> ExpertWeights::*field;
+  } parts[] = {{"w13", &ExpertWeights::w13}, {"s13", &ExpertWeights::s13}, {"w2", &ExpertWeights::w2},
+               {"s2", &ExpertWeights::s2}};
+  std::vector<h5::Dataset> ds;
+  for (const Part& p : parts) {
+    const TensorSpec& s = find_spec("moe/inputs", p.name);
+    ds.push_back(g.create_dataset(p.name, h5::Elem::U8, W.dims.shape(s.dims)));
+    W.describe(ds.back(), s);
+  }
+  // A batch of experts is materialized in parallel (the source is thread-safe), then written
+  // one hyperslab each, in id order.
+  constexpr size_t kBatch = 8;
+  for (size_t i0 = 0; i0 < ids.size(); i0 += kBatch) {
+    const size_t nb = std::min(kBatch, ids.size() - i0);
+    std::vector<std::shared_ptr<const ExpertWeights>> batch(nb);
+    std::vector<std::string> errors(nb);
+#pragma omp parallel for schedule(dynamic)
+    for (size_t j = 0; j < nb; ++j) {
+      try {
+        batch[j] = lw.experts->expert(rank, ids[i0 + j]);
+      } catch (const std::exception& e) {
+        errors[j] = e.what();
+      }
+    }
+    for (size_t j = 0; j < nb; ++j)
+      if (!errors[j].empty()) throw std::invalid_argument("golden: expert " + std::to_string(ids[i0 + j]) + ": " + errors[j]);
+    for (size_t j = 0; j < nb; ++j) {
+      const size_t i = i0 + j;
+      for (size_t k = 0; k < 4; ++k) {
+        const std::vector<uint8_t>& v = (*batch[j]).*(parts[k].field);
+        const std::vector<uint64_t> sh = ds[k].shape();
+        const uint64_t per = sh[1] * sh[2];
+        if (v.size() != per)
+          throw std::invalid_argument("golden: expert " + std::to_string(ids[i]) + " of rank " + std::to_string(rank) +
+                                      ": " + parts[k].name + " has " + std::to_string(v.size()) + " bytes, expected " +
+                                      std::to_string(per));
+        ds[k].write_rows(i, 1, v.data(), h5::Elem::U8);
+        W.tick(per);
+      }
+    }
+  }
+  (void)c;
+}
+
+// Pages the split reads: every page id of the sparse tables (unselected slots name page 0).
+std::vector<int32_t> selected_pages(const IndexOut& idx, const Config& cfg, int tokens, int n_pages) {
+  std::set<int32_t> pages;
+  const int words = cfg.sparse_table_words();
+  for (int k = 0; k < tokens; ++k)
+    for (int w = 0; w + 1 < words; ++w) {
+      const int32_t p = idx.sparse_table[size_t(k) * words + w];
+      if (p >= 0 && p < n_pages) pages.insert(p);
+    }
+  return std::vector<int32_t>(pages.begin(), pages.end());
+}
+
+template <class T>
+std::vector<T> gather_rows(const std::vector<T>& v, const std::vector<int32_t>& rows, size_t row_len) {
+  std::vector<T> out(rows.size() * row_len);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(out.data() + i * row_len, v.data() + size_t(rows[i]) * row_len, row_len * sizeof(T));
+  return out;
+}
+
+void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const StepInputs& in, const StepResult& res,
+                const GoldenMeta& meta, int r) {
+  const Config& c = lw.cfg;
+  const RankResult& R = res.ranks[r];
+  const StepRank& I = in.ranks[r];
+  const RankWeights& w = lw.ranks[r];
+  const RankWeights& w0 = lw.ranks[0];
+  h5::Group rg = root.create_group("rank" + std::to_string(r));
+  rg.set_attr("rank", int64_t(r));
+  auto stage = [&](const std::string& s, const std::string& io) {
+    h5::Group sg = rg.exists(s) ? rg.open_group(s) : rg.create_group(s);
+    return sg.create_group(io);
+  };
+  // stage 0
+  {
+    h5::Group g = stage("index", "inputs");
+    g.set_attr("tokens", int64_t(in.shared.tokens));
+    g.set_attr("q_len", int64_t(in.shared.q_len));
+    put_links(g, "index/inputs", r);
+    h5::Group o = stage("index", "outputs");
+    W.put(o, "index/outputs", "sparse_table", R.index.sparse_table);
+    W.put(o, "index/outputs", "blocks", R.index.blocks);
+    W.put(o, "index/outputs", "n_ctx", R.index.n_ctx);
+    W.put(o, "index/outputs", "long_row", R.index.long_row);
+  }
+  // stage 1: the KV pages, whole or the selection
+  {
+    h5::Group g = stage("split", "inputs");
+    const size_t page_bytes = size_t(c.page) * c.head_dim;
+    const uint64_t kv_bytes = uint64_t(I.n_pages) * page_bytes * 2;
+    std::string form = meta.kv_form;
+    if (form == "auto") form = kv_bytes <= meta.whole_kv_limit ? "whole" : "selected";
+    if (form != "whole" && form != "selected")
+      throw std::invalid_argument("kv form '" + meta.kv_form + "' is none of whole, selected, auto");
+    g.set_attr("kv_form", form);
+    g.set_attr("n_pages", int64_t(I.n_pages));
+    W.put(g, "split/inputs", "q", I.q);
+    if (form == "whole") {
+      W.dims.pages = I.n_pages;
+      g.set_attr("n_stored_pages", int64_t(I.n_pages));
+      W.put(g, "split/inputs", "k_cache", I.k_cache);
+      W.put(g, "split/inputs", "v_cache", I.v_cache);
+      W.put(g, "split/inputs", "k_scale", I.k_scale);
+      W.put(g, "split/inputs", "v_scale", I.v_scale);
+    } else {
+      const std::vector<int32_t> pages = selected_pages(R.index, c, in.shared.tokens, I.n_pages);
+      W.dims.pages = int(pages.size());
+      g.set_attr("n_stored_pages", int64_t(pages.size()));
+      W.put(g, "split/inputs", "page_ids", pages);
+      W.put(g, "split/inputs", "k_cache", gather_rows(I.k_cache, pages, page_bytes));
+      W.put(g, "split/inputs", "v_cache", gather_rows(I.v_cache, pages, page_bytes));
+      if (c.static_kv_scale) {
+        W.put(g, "split/inputs", "k_scale", I.k_scale);
+        W.put(g, "split/inputs", "v_scale", I.v_scale);
+      } else {
+        W.put(g, "split/inputs", "k_scale", gather_rows(I.k_scale, pages, size_t(c.page)));
+        W.put(g, "split/inputs", "v_scale", gather_rows(I.v_scale, pages, size_t(c.page)));
+      }
+    }
+    put_links(g, "split/inputs", r);
+    h5::Group o = stage("split", "outputs");
+    W.put(o, "split/outputs", "q8", R.split.q8);
+    W.put(o, "split/outputs", "o", R.split.o);
+    W.put(o, "split/outputs", "m", R.split.m);
+    W.put(o, "split/outputs", "l", R.split.l);
+  }
+  // stage 2
+  {
+    put_links(stage("merge", "inputs"), "merge/inputs", r);
+    h5::Group o = stage("merge", "outputs");
+    W.put(o, "merge/outputs", "attn", R.merge.attn);
+    W.put(o, "merge/outputs", "attn8", R.merge.attn8);
+    W.put(o, "merge/outputs", "x_scale", R.merge.x_scale);
+  }
+  // stage 3
+  {
+    h5::Group g = stage("oproj", "inputs");
+    put_links(g, "oproj/inputs", r);
+    W.put(g, "oproj/inputs", "w_o", w.w_o);
+    put_or_link(W, g, "oproj/inputs", "s_o", w.s_o, w0.s_o, r);
+    h5::Group o = stage("oproj", "outputs");
+    W.put(o, "oproj/outputs", "partial", R.oproj.partial);
+    W.put(o, "oproj/outputs", "a", R.a);
+    W.put(o, "oproj/outputs", "h_mid", R.h_mid);
+  }
+  // stage 4
+  {
+    h5::Group g = stage("router", "inputs");
+    put_links(g, "router/inputs", r);
+    put_or_link(W, g, "router/inputs", "g_post", w.g_post, w0.g_post, r);
+    put_or_link(W, g, "router/inputs", "w_gate", w.w_gate, w0.w_gate, r);
+    put_or_link(W, g, "router/inputs", "bias", w.bias, w0.bias, r);
+    h5::Group o = stage("router", "outputs");
+    W.put(o, "router/outputs", "xn", R.router.xn);
+    W.put(o, "router/outputs", "xn8", R.router.xn8);
+    W.put(o, "router/outputs", "xsc", R.router.xsc);
+    W.put(o, "router/outputs", "rstd", R.router.rstd);
+    W.put(o, "router/outputs", "logit", R.router.logit);
+    W.put(o, "router/outputs", "sig", R.router.sig);
+    W.put(o, "router/outputs", "key", R.router.key);
+  }
+  // stage 5
+  {
+    h5::Group g = stage("moe", "inputs");
+    put_links(g, "moe/inputs", r);
+    const std::vector<int32_t> ids = used_experts(R.route, c);
+    W.dims.used_experts = int(ids.size());
+    g.set_attr("n_experts", int64_t(ids.size()));
+    put_experts(W, g, lw, r, ids);
+    h5::Group o = stage("moe", "outputs");
+    W.put(o, "moe/outputs", "route_ids", R.route.ids);
+    W.put(o, "moe/outputs", "route_weights", R.route.weights);
+    W.put(o, "moe/outputs", "gate", R.moe.gate);
+    W.put(o, "moe/outputs", "up", R.moe.up);
+    W.put(o, "moe/outputs", "mid", R.moe.mid);
+    W.put(o, "moe/outputs", "mid8", R.moe.mid8);
+    W.put(o, "moe/outputs", "midsc", R.moe.midsc);
+    W.put(o, "moe/outputs", "partial", R.moe.partial);
+    W.put(o, "moe/outputs", "ar_out", R.ar_out);
+  }
+}
+
+// Bytes of tensor data the file will hold (for the progress bar): an upper bound is enough.
+uint64_t estimate_bytes(const LayerWeights& lw, const StepInputs& in, const StepResult& res) {
+  const Config& c = lw.cfg;
+  uint64_t t = 0;
+  const uint64_t per_expert = uint64_t(2 * c.inter) * (c.hidden / 2 + c.hidden / 32) + uint64_t(c.hidden) * (c.inter / 2 + c.inter / 32);
+  for (int r = 0; r < c.tp; ++r) {
+    t += in.ranks[r].k_cache.size() * 2 + lw.ranks[r].w_o.size();
+    t += used_experts(res.ranks[r].route, c).size() * per_expert;
+  }
+  return t;
+}
+
+}  // namespace
+
+void write_golden(const std::string& path, const LayerWeights& lw, const StepInputs& in, const StepResult& res,
+                  const GoldenMeta& meta, const WriteOptions& opt) {
+  const Config& c = lw.cfg;
+  if (int(res.ranks.size()) != c.tp || int(in.ranks.size()) != c.tp || int(lw.ranks.size()) != c.tp)
+    throw std::invalid_argument("golden: results, inputs and weights must each hold tp = " + std::to_string(c.tp) + " ranks");
+  AtomicOutput out(path, opt.overwrite);
+  {
+    Writer W;
+    W.opt = &opt;
+    W.file = h5::File(out.temp_path(), h5::File::Mode::CreateExclusive);
+    W.dims.cfg = c;
+    W.dims.tokens = in.shared.tokens;
+    W.dims.bt_width = in.shared.bt_width;
+    W.dims.score_width = in.shared.score_width;
+    W.total = estimate_bytes(lw, in, res);
+    h5::Group root = W.file.root();
+    root.set_attr("magic", kMagic);
+    root.set_attr("schema_version", int64_t(kSchemaVersion));
+    root.set_attr("contract_version", kContractVersion);
+    root.set_attr("tool_version", tool_version());
+    root.set_attr("config", config_to_json(c));
+    root.set_attr("scenario", meta.scenario_json);
+    nlohmann::ordered_json seeds;
+    seeds["weights"] = meta.weight_seed;
+    seeds["inputs"] = meta.input_seed;
+    root.set_attr("seeds", seeds.dump());
+    root.set_attr("tp", int64_t(c.tp));
+    root.set_attr("tokens", int64_t(in.shared.tokens));
+    root.set_attr("weights", meta.weights);
+    h5::Group ig = root.create_group("inputs");
+    ig.set_attr("tokens", int64_t(in.shared.tokens));
+    ig.set_attr("q_len", int64_t(in.shared.q_len));
+    ig.set_attr("bt_width", int64_t(in.shared.bt_width));
+    ig.set_attr("score_width", int64_t(in.shared.score_width));
+    W.put(ig, "/inputs", "seq_lens", in.shared.seq_lens);
+    W.put(ig, "/inputs", "block_table", in.shared.block_table);
+    W.put(ig, "/inputs", "index_scores", in.shared.index_scores);
+    W.put(ig, "/inputs", "h_in", in.shared.h_in);
+    for (int r = 0; r < c.tp; ++r) write_rank(W, root, lw, in, res, meta, r);
+    W.file.close();
+  }
+  out.commit();
+}
+
+}  // namespace k4::golden

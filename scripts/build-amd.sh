@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# build-amd.sh -- compile every device/*.cu for an AMD GPU with Debian's hipcc (HIP 5.2,
-# clang-15), to prove the device code builds for AMD. Objects go to build-amd/ (ignored).
+# build-amd.sh -- compile every device/*.cu and tests/gpu/*.cu (the GPU suite's numerics
+# kernels) for an AMD GPU with Debian's hipcc (HIP 5.2, clang-15), to prove the device code
+# builds for AMD. Objects go to build-amd/ (ignored).
 #
 #   scripts/build-amd.sh                   gfx90a
 #   K4_AMD_ARCHS="gfx90a gfx940" scripts/build-amd.sh
@@ -25,9 +26,9 @@ fi
 
 command -v hipcc >/dev/null || { echo "build-amd.sh: hipcc not found (scripts/setup.sh installs it)" >&2; exit 1; }
 shopt -s nullglob
-sources=(device/*.cu)
+sources=(device/*.cu tests/gpu/*.cu)
 if [[ ${#sources[@]} -eq 0 ]]; then
-  echo "build-amd.sh: no device/*.cu to compile"
+  echo "build-amd.sh: no device/*.cu or tests/gpu/*.cu to compile"
   exit 0
 fi
 

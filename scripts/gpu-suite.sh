@@ -9,9 +9,9 @@
 #   scripts/gpu-suite.sh run       ON THE GPU MACHINE, from the repository root:
 #                                  everything below, logs and a summary under $OUT (or out/)
 #   scripts/gpu-suite.sh emulate [doctest args]
-#                                  HERE: the kernels' host emulation (no GPU) into build-emu/,
-#                                  then the suites on it (slow: pass -ts=gpu_golden,
-#                                  -tc="plant probe" etc.)
+#                                  HERE: the kernels' host emulation (no GPU; the CMake target
+#                                  k4_emu_tests), then ctest -L emulation or the doctest
+#                                  arguments given (e.g. -tc="plant probe")
 #
 # The device tool (2000 characters, 10 minutes a command):
 #   run(command="scripts/gpu-suite.sh run", carry=["build-cuda-suite"], timeout_s=600)
@@ -220,33 +220,23 @@ run() {
 }
 
 # ------------------------------------------------------------------------- emulate
-# The kernels' host emulation (device/emu.hpp, K4_HOST_EMULATION): device/*.cu compiled as
-# C++ with g++, block bodies run item by item on the CPU, into build-emu/ (ignored); then the
-# suite, or the doctest arguments given (e.g. -tc="plant probe"). No GPU: checks the kernels'
-# indexing, orders and phase structure, not the GPU's arithmetic.
+# The kernels' host emulation (cmake/K4Emulation.cmake: device/*.cu compiled as C++ with
+# K4_HOST_EMULATION, block bodies run item by item on the CPU): the CMake target k4_emu_tests
+# of the CPU build in $K4_EMU_BUILD (default build/, configured if it is not), then the doctest
+# arguments given (none: the cases ctest runs, label "emulation"). No GPU: checks the
+# kernels' indexing, orders and phase structure, not the GPU's arithmetic.
 emulate() {
   set -e
-  local dir=build-emu cxx=(g++ -std=c++17 -O2 -fopenmp -ffp-contract=off -Wall -Wextra -DK4_HOST_EMULATION -I.)
-  mkdir -p "$dir"
-  printf '%s\n' '#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN' '#include <doctest/doctest.h>' >"$dir/main.cpp"
-  local objs=() pids=()
-  local h5inc h5lib
-  h5inc=$(pkg-config --cflags hdf5 2>/dev/null || echo -I/usr/include/hdf5/serial)
-  h5lib=$(pkg-config --libs hdf5 2>/dev/null || echo -lhdf5_serial)
-  for f in reference/*.cpp reference/stages/*.cpp golden/*/*.cpp tests/cpu/fixtures.cpp tests/gpu/test_stages_gpu.cpp \
-           tests/gpu/test_golden_run_gpu.cpp device/tools/golden_run.cpp "$dir/main.cpp"; do
-    local o="$dir/$(echo "$f" | tr / _).o"
-    "${cxx[@]}" $h5inc -c "$f" -o "$o" & pids+=($!)
-    objs+=("$o")
-  done
-  for f in index split merge oproj router moe allreduce runner; do
-    "${cxx[@]}" -x c++ -c "device/$f.cu" -o "$dir/$f.o" & pids+=($!)
-    objs+=("$dir/$f.o")
-  done
-  for p in "${pids[@]}"; do wait "$p" || { echo "gpu-suite.sh emulate: a compile failed" >&2; exit 1; }; done
-  g++ -fopenmp -o "$dir/k4_emu_tests" "${objs[@]}" $h5lib
+  local dir=${K4_EMU_BUILD:-build}
+  [[ -f $dir/CMakeCache.txt ]] || cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
   shift
-  "$dir/k4_emu_tests" "$@"
+  if [[ $# -eq 0 ]]; then
+    cmake --build "$dir"  # the planted variants too
+    ctest --test-dir "$dir" -L emulation --output-on-failure
+  else
+    cmake --build "$dir" --target k4_emu_tests
+    "$dir/k4_emu_tests" "$@"
+  fi
 }
 
 case $mode in

@@ -1,4 +1,5 @@
-// main.cpp -- the doctest main of k4_gpu_tests (the GPU suite; runs on the GPU machine).
+// main.cpp -- the doctest main of k4_gpu_tests (the GPU suite; runs on the GPU machine) and of
+// k4_emu_tests (its stage and golden tests on the kernels' host emulation, cmake/K4Emulation.cmake).
 //
 //   build-cuda/k4_gpu_tests                      everything
 //   build-cuda/k4_gpu_tests -ts=gpu_compare      the comparison helper's self-tests (no GPU)
@@ -11,11 +12,11 @@
 #include <cstdio>
 #include <exception>
 
-#include "device/numerics_kernels.hpp"
+#include "device/runner.hpp"
 
 int main(int argc, char** argv) {
   try {
-    std::printf("k4_gpu_tests: device %s, %d host threads\n", k4::gpu::device_description().c_str(),
+    std::printf("k4_gpu_tests: device %s, %d host threads\n", k4::gpu::device_name().c_str(),
                 omp_get_max_threads());
   } catch (const std::exception& e) {
     std::printf("k4_gpu_tests: no usable GPU (%s): the device tests will fail\n", e.what());

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "device/numerics_kernels.hpp"
+#include "tests/gpu/numerics_kernels.hpp"
 #include "tests/gpu/compare.hpp"
 
 namespace {

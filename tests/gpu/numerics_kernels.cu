@@ -4,7 +4,7 @@
 // host reference calls. Built with nvcc (--fmad=false, IEEE division and square root, no
 // flush-to-zero) and with hipcc (-ffp-contract=off).
 #include "device/compat.hpp"
-#include "device/numerics_kernels.hpp"
+#include "tests/gpu/numerics_kernels.hpp"
 
 #include <algorithm>
 
@@ -136,19 +136,6 @@ void* pinned_alloc(size_t bytes) {
 
 void pinned_free(void* p) {
   if (p != nullptr) K4_HIP_CHECK(hipHostFree(p));
-}
-
-std::string device_description() {
-  int dev = 0;
-  K4_HIP_CHECK(hipGetDevice(&dev));
-  hipDeviceProp_t prop;
-  K4_HIP_CHECK(hipGetDeviceProperties(&prop, dev));
-#if defined(__HIPCC__) || defined(__HIP__)
-  const std::string arch = prop.gcnArchName;
-#else
-  const std::string arch = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
-#endif
-  return std::string(prop.name) + " (" + arch + ", " + K4_PLATFORM_NAME + ", warp " + std::to_string(K4_WARP_SIZE) + ")";
 }
 
 const char* name(UnaryOp op) {

@@ -166,7 +166,5 @@ void mx8_block_map(const uint32_t* v, size_t nblocks, uint8_t* q, uint8_t* e);
 // Page-locked host memory (hipHostMalloc) for fast copies; pinned_free(nullptr) is a no-op.
 void* pinned_alloc(size_t bytes);
 void pinned_free(void* p);
-// "NVIDIA H200 (sm_90, cuda)" or the like; throws when no device is present.
-std::string device_description();
 
 }  // namespace k4::gpu

@@ -1,0 +1,75 @@
+# K4Emulation.cmake -- the kernels' host emulation: device/*.cu compiled as C++ with
+# -DK4_HOST_EMULATION (device/emu.hpp stands in for the HIP runtime, device/kernel.hpp runs
+# each block body item by item), linked with the GPU suite's stage and golden tests
+# (tests/gpu, less the elementwise numerics sweeps, whose kernels are plain __global__
+# functions). It checks the kernels' indexing, orders and phase structure without a GPU;
+# the GPU's compiler and arithmetic are the device run's to check (docs/gpu-verification.md).
+#
+# CPU build only (without K4_CUDA, where device/*.cu are CUDA sources):
+#   k4_emu_tests          the emulation suite; ctest entries labelled "emulation" (below)
+#   k4_emu_kernels        its kernels (a static library)
+#   -DK4_EMU_DEFINES="A=1;B"   extra defines for k4_emu_kernels (a kernel variant, a mutant)
+#   k4_emulation_variant(<name> DEFINES <def>...)
+#                         another executable <name> of the same suite on kernels built with
+#                         the extra defines, e.g. k4_emulation_variant(k4_emu_plant5
+#                         DEFINES K4_PLANT_STAGE=5); only device/*.cu are compiled again.
+
+set(K4_EMU_DEFINES "" CACHE STRING "Extra compile definitions (a ;-list) for the emulated kernels of k4_emu_tests")
+
+if(K4_CUDA OR NOT K4_DEVICE_SOURCES)
+  return()
+endif()
+
+set_source_files_properties(${K4_DEVICE_SOURCES} PROPERTIES LANGUAGE CXX)  # -x c++ (CMP0119)
+
+# The suite's sources, compiled once for every variant: they see the kernels only through
+# device/runner.hpp (plain C++).
+set(_k4_emu_suite_sources ${K4_GPU_TEST_SOURCES})
+list(FILTER _k4_emu_suite_sources EXCLUDE REGEX "(\\.cu|/test_numerics_gpu\\.cpp)$")
+add_library(k4_emu_suite OBJECT ${_k4_emu_suite_sources})
+target_link_libraries(k4_emu_suite PUBLIC k4_test_support k4_golden doctest::doctest)
+
+function(k4_emulation_variant name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "KERNELS" "DEFINES")
+  if(NOT arg_KERNELS)
+    set(arg_KERNELS ${name}_kernels)
+  endif()
+  add_library(${arg_KERNELS} STATIC ${K4_DEVICE_SOURCES})
+  target_compile_definitions(${arg_KERNELS} PRIVATE K4_HOST_EMULATION ${arg_DEFINES})
+  target_link_libraries(${arg_KERNELS} PUBLIC k4_reference)
+  add_executable(${name} $<TARGET_OBJECTS:k4_emu_suite>)
+  target_link_libraries(${name} PRIVATE ${arg_KERNELS} k4_emu_suite)
+endfunction()
+
+k4_emulation_variant(k4_emu_tests KERNELS k4_emu_kernels DEFINES ${K4_EMU_DEFINES})
+
+# ctest entries (label "emulation", in the README's test command and so in CI): every stage
+# on the tiny, small and full-size presets, TP 1 / 2 / 4; narrow (S < 5) and wide MoE; the
+# plain and the reduce-scatter + all-gather all-reduce on both sides of the threshold (S 11 /
+# 12); short, scored and long-path contexts, pad rows, q_len 4 requests; the adversarial
+# values; the stage twins (replay entry points); the goldens (gpu_golden: the scenarios incl.
+# the special values and the full preset, through k4_device run's path to a dump and a diff).
+# Left out: the random sweep (budgeted for the GPU) and the "seeds" case. CPU time on one core
+# of the 2-core machine (Release): stages 26 s, all-reduce 34 s, full-preset 28 s (4 GB),
+# golden 30 s (2 GB).
+set(_k4_emu_env "OMP_WAIT_POLICY=passive")
+set(_k4_emu_stages "-ts=gpu_stages")
+add_test(NAME k4_emu_tests/stages COMMAND k4_emu_tests ${_k4_emu_stages}
+         "-tc=plant probe,sanitizer case,stage twins,adversarial" --no-colors=true)
+add_test(NAME k4_emu_tests/all-reduce COMMAND k4_emu_tests ${_k4_emu_stages} "-tc=all-reduce forms" --no-colors=true)
+add_test(NAME k4_emu_tests/full-preset COMMAND k4_emu_tests ${_k4_emu_stages} "-tc=full preset" --no-colors=true)
+add_test(NAME k4_emu_tests/golden COMMAND k4_emu_tests -ts=gpu_golden --no-colors=true)
+set_tests_properties(k4_emu_tests/stages k4_emu_tests/all-reduce k4_emu_tests/full-preset k4_emu_tests/golden
+                     PROPERTIES LABELS "emulation" ENVIRONMENT "${_k4_emu_env}")
+
+# A planted one-bit error must be caught: K4_PLANT_STAGE=N makes stage N's kernel flip bit 0
+# of one output element; the suite's plant probe must then fail naming stage N
+# (-DK4_EMU_PLANTS="0;1;2;3;4;5" for every stage).
+set(K4_EMU_PLANTS "4" CACHE STRING "Stages (a ;-list) whose planted-error emulation variant ctest checks")
+foreach(_n IN LISTS K4_EMU_PLANTS)
+  k4_emulation_variant(k4_emu_plant${_n} DEFINES K4_PLANT_STAGE=${_n})
+  add_test(NAME k4_emu_plant${_n} COMMAND k4_emu_plant${_n} "-tc=plant probe" --no-colors=true)
+  # passes when the output names the stage (a mismatch found there), whatever the exit code
+  set_tests_properties(k4_emu_plant${_n} PROPERTIES LABELS "emulation" ENVIRONMENT "${_k4_emu_env}"
+                       PASS_REGULAR_EXPRESSION "first mismatching stage: ${_n}\n")
+endforeach()

@@ -146,10 +146,12 @@ struct SmemSize {
 // The Config as plain data a kernel can take by value (Config holds a std::string).
 struct DevCfg {
   int heads, head_dim, hidden, n_routed, top_k, inter;
-  int sparse_block, topk_blocks, page, n_split, kv_page_stride, static_kv_scale;
+  int sparse_block, topk_blocks, page, n_split, kv_page_stride, one_kv_scale;
   int waves, lanes, o_rows, dn_rows, ug_rows, tp, init_blocks, local_blocks;
   int wide_from, ag_rs_from;
   float sm_scale, eps, route_scale, shared_weight, swiglu_limit;
+  // the variant (reference/variant.hpp), each switch as the index of its value (0: the seed's)
+  int router_gate, round_logit, wide_live_rows, wide_down_order, kv_scale, narrow_final, shared_fp8, index_cp;
   // derived
   int o_k, threads, ppb, split_keys, moe_slots, n_experts, table_words, long_from_blocks;
 };
@@ -159,12 +161,16 @@ inline DevCfg dev_cfg(const Config& c) {
   d.heads = c.heads, d.head_dim = c.head_dim, d.hidden = c.hidden, d.n_routed = c.n_routed;
   d.top_k = c.top_k, d.inter = c.inter, d.sparse_block = c.sparse_block, d.topk_blocks = c.topk_blocks;
   d.page = c.page, d.n_split = c.n_split, d.kv_page_stride = c.kv_page_stride;
-  d.static_kv_scale = c.static_kv_scale ? 1 : 0;
+  d.one_kv_scale = c.one_kv_scale() ? 1 : 0;
   d.waves = c.waves, d.lanes = c.lanes, d.o_rows = c.o_rows, d.dn_rows = c.dn_rows, d.ug_rows = c.ug_rows;
   d.tp = c.tp, d.init_blocks = c.init_blocks, d.local_blocks = c.local_blocks;
   d.wide_from = c.wide_from, d.ag_rs_from = c.ag_rs_from;
   d.sm_scale = c.sm_scale, d.eps = c.eps, d.route_scale = c.route_scale, d.shared_weight = c.shared_weight;
   d.swiglu_limit = c.swiglu_limit;
+  const Variant& v = c.variant;
+  d.router_gate = int(v.router_gate), d.round_logit = v.round_logit ? 1 : 0, d.wide_live_rows = int(v.wide_live_rows);
+  d.wide_down_order = int(v.wide_down_order), d.kv_scale = int(v.kv_scale), d.narrow_final = int(v.narrow_final);
+  d.shared_fp8 = v.shared_fp8 ? 1 : 0, d.index_cp = v.index_cp ? 1 : 0;
   d.o_k = c.o_k(), d.threads = c.threads(), d.ppb = c.pages_per_block(), d.split_keys = c.split_keys();
   d.moe_slots = c.moe_slots(), d.n_experts = c.n_experts(), d.table_words = c.sparse_table_words();
   d.long_from_blocks = c.long_from_blocks();

@@ -173,7 +173,7 @@ struct Runner::Impl {
     for (const StepRank& R : in.ranks) max_pages = std::max(max_pages, R.n_pages);
     const size_t page_bytes = size_t(cfg.page) * cfg.head_dim;
     cache_slice = size_t(max_pages) * page_bytes;
-    scale_slice = cfg.static_kv_scale ? 1 : size_t(max_pages) * cfg.page;
+    scale_slice = cfg.one_kv_scale() ? 1 : size_t(max_pages) * cfg.page;
     std::vector<uint16_t> qh;
     std::vector<uint8_t> kh(W * cache_slice, 0), vh(W * cache_slice, 0);
     std::vector<float> ksh(W * scale_slice, 0.0f), vsh(W * scale_slice, 0.0f);

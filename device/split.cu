@@ -102,8 +102,8 @@ struct SplitBody {
     });
     const int n_ctx = m.pages[kSplitKeys / kPage];
     auto valid = [&](int kp) { return t * kSplitKeys + kp < n_ctx; };
-    auto kscale = [&](int kp) { return cfg.static_kv_scale ? ksc[0] : ksc[size_t(m.pages[kp / kPage]) * kPage + kp % kPage]; };
-    auto vscale = [&](int kp) { return cfg.static_kv_scale ? vsc[0] : vsc[size_t(m.pages[kp / kPage]) * kPage + kp % kPage]; };
+    auto kscale = [&](int kp) { return cfg.one_kv_scale ? ksc[0] : ksc[size_t(m.pages[kp / kPage]) * kPage + kp % kPage]; };
+    auto vscale = [&](int kp) { return cfg.one_kv_scale ? vsc[0] : vsc[size_t(m.pages[kp / kPage]) * kPage + kp % kPage]; };
     c.each(kHeads * kChunks + kSplitKeys, [&](int i) {
       if (i >= kHeads * kChunks) {
         const int kp = i - kHeads * kChunks;

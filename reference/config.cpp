@@ -55,6 +55,11 @@ void Config::validate() const {
   require(kv_page_stride == 16 || kv_page_stride == 8, c, "kv_page_stride is 16 (shared K/V allocation) or 8 (separate planes)");
   require(wide_from >= 1 && wide_from <= 8, c, "wide_from must be 1..8: the narrow MoE routes token k on wave k and holds (S + 1) wave partials, so it serves S <= 7");
   require(ag_rs_from >= 1, c, "ag_rs_from must be a token count");
+  try {
+    check_variant(variant);
+  } catch (const std::invalid_argument& e) {
+    require(false, c, e.what());
+  }
 }
 
 Config preset(const std::string& name, int tp) {

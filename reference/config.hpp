@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "reference/variant.hpp"
+
 namespace k4 {
 
 struct Config {
@@ -28,7 +30,8 @@ struct Config {
   int max_tokens = 16;
   int max_context = 1 << 20;
   int kv_page_stride = 16;     // 16: vLLM's cache (8 K pages then 8 V pages); 8: separate planes
-  bool static_kv_scale = false;  // one k / v scale a cache instead of one a key
+  // The deployment build's numerics (variant.hpp; docs/numerics.md §13): the seed by default.
+  Variant variant;
   // Layout of the seed's work (these fix reduction orders).
   int waves = 8;
   int lanes = 64;
@@ -63,6 +66,9 @@ struct Config {
   int sparse_table_words() const { return topk_blocks * pages_per_block() + 1; }
   bool wide(int tokens) const { return tokens >= wide_from; }
   bool ag_rs(int tokens) const { return tokens >= ag_rs_from; }
+  // One k / v scale a cache (split.kv_scale other than per_key: the inputs' k_scale / v_scale
+  // are (1,)) instead of one a key.
+  bool one_kv_scale() const { return variant.kv_scale != KvScale::per_key; }
 
   // Throws std::invalid_argument naming the first rule the config breaks.
   void validate() const;

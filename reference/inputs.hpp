@@ -25,7 +25,7 @@ struct StepRank {
   int n_pages = 0;
   std::vector<uint8_t> k_cache;       // (n_pages, page * head_dim) E4M3, K at (d/16)*256 + t*16 + d%16
   std::vector<uint8_t> v_cache;       // (n_pages, page * head_dim) E4M3, V at d*16 + t
-  std::vector<float> k_scale;         // (n_pages, page), or (1,) with static_kv_scale
+  std::vector<float> k_scale;         // (n_pages, page), or (1,) with one_kv_scale()
   std::vector<float> v_scale;
 };
 

@@ -71,9 +71,9 @@ void validate_inputs(const StepInputs& in, const Config& cfg) {
     expect_size(p + "q", R.q.size(), size_t(S) * cfg.o_k(), "(S, o_k)");
     expect_size(p + "k_cache", R.k_cache.size(), size_t(R.n_pages) * page_bytes, "(n_pages, page * head_dim)");
     expect_size(p + "v_cache", R.v_cache.size(), size_t(R.n_pages) * page_bytes, "(n_pages, page * head_dim)");
-    const size_t n_scales = cfg.static_kv_scale ? 1 : size_t(R.n_pages) * cfg.page;
-    expect_size(p + "k_scale", R.k_scale.size(), n_scales, cfg.static_kv_scale ? "(1) static" : "(n_pages, page)");
-    expect_size(p + "v_scale", R.v_scale.size(), n_scales, cfg.static_kv_scale ? "(1) static" : "(n_pages, page)");
+    const size_t n_scales = cfg.one_kv_scale() ? 1 : size_t(R.n_pages) * cfg.page;
+    expect_size(p + "k_scale", R.k_scale.size(), n_scales, cfg.one_kv_scale() ? "(1) one a cache" : "(n_pages, page)");
+    expect_size(p + "v_scale", R.v_scale.size(), n_scales, cfg.one_kv_scale() ? "(1) one a cache" : "(n_pages, page)");
     for (int k = 0; k < S; ++k)
       for (int b = 0; b < rows[k].n_blk; ++b) {
         const int64_t e = sh.block_table[size_t(k) * sh.bt_width + b];

@@ -62,6 +62,25 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// The presets and switches --variant takes, from the switch table (reference/variant.hpp).
+std::string variants_help() {
+  std::string h = "Variants (--variant; docs/numerics.md section 13):\n  presets:";
+  h += "\n";
+  for (const std::string& p : variant_preset_names()) {
+    std::string d;
+    for (const std::string& x : variant_diff(Variant{}, variant_preset(p))) d += (d.empty() ? "" : ",") + x;
+    h += "    " + p + (d.empty() ? "  (every switch's first value)" : "  = seed," + d) + "\n";
+  }
+  h += "  switches (the seed's value first):\n";
+  for (const VariantSwitch& s : variant_switches()) {
+    std::string vals;
+    for (size_t i = 0; i < s.values.size(); ++i)
+      vals += std::string(i ? "|" : "") + s.values[i] + (s.modelled[i] ? "" : "(not modelled yet)");
+    h += "  " + std::string(s.name) + "=" + vals + "  " + s.rule + ": " + s.doc + "\n";
+  }
+  return h;
+}
+
 double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -70,7 +89,7 @@ double since(std::chrono::steady_clock::time_point t) {
 
 Run add_golden(CLI::App& app) {
   struct Opt {
-    std::string checkpoint, preset, scenario, inputs, out, kv_form = "auto";
+    std::string checkpoint, preset, variant, scenario, inputs, out, kv_form = "auto";
     int tp = -1, layer = 0, threads = -1;
     uint64_t seed = 1, weight_seed = 1;
     bool force = false, progress = false;
@@ -92,6 +111,9 @@ Run add_golden(CLI::App& app) {
   app.add_option("--layer", o->layer, "layer index of the checkpoint's tensor names (default 0)")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--preset", o->preset, "config preset (minimax-m3-tp4, small, tiny); optional with --inputs");
+  app.add_option("--variant", o->variant,
+                 "the build's numerics: seed (default), vllm-mono, aiter, atom, and/or SWITCH=VALUE items, comma-separated "
+                 "(listed below)");
   app.add_option("--tp", o->tp, "tensor-parallel ranks (default: the preset's)");
   app.add_option("--seed", o->seed, "input seed (default 1)")->check(non_negative_integer());
   app.add_option("--weight-seed", o->weight_seed, "synthetic weight seed (default 1; ignored with --checkpoint)")
@@ -131,7 +153,7 @@ Run add_golden(CLI::App& app) {
   app.add_option("--out", o->out, "output golden .h5")->required();
   app.add_flag("--force", o->force, "overwrite an existing output");
   app.add_flag("--progress", o->progress, "show progress even when stderr is not a terminal");
-  app.footer("Example: k4 golden --preset tiny --tokens 4 --context 1000 --out /tmp/x.h5");
+  app.footer(variants_help() + "\nExample: k4 golden --preset tiny --tokens 4 --context 1000 --out /tmp/x.h5");
   return [o]() {
     const auto t0 = std::chrono::steady_clock::now();
     if (o->threads > 0) omp_set_num_threads(o->threads);
@@ -152,17 +174,19 @@ Run add_golden(CLI::App& app) {
                                     std::to_string(file_cfg.tp));
       if (!o->preset.empty()) {
         Config p = preset(o->preset, o->tp);
-        p.static_kv_scale = file_cfg.static_kv_scale;
+        p.variant = file_cfg.variant;
         p.kv_page_stride = file_cfg.kv_page_stride;
         if (golden::config_to_json(p) != golden::config_to_json(file_cfg))
           throw std::invalid_argument("inputs file " + o->inputs + " was captured with config " +
                                       golden::config_to_json(file_cfg) + ", not preset " + o->preset);
       }
       cfg = file_cfg;
+      if (!o->variant.empty()) cfg.variant = parse_variant(o->variant), cfg.validate();
       scenario_json = "{\"inputs_file\": \"" + std::filesystem::path(o->inputs).filename().string() + "\"}";
     } else {
       if (o->preset.empty()) throw std::invalid_argument("--preset is required (or --inputs)");
       cfg = preset(o->preset, o->tp);
+      if (!o->variant.empty()) cfg.variant = parse_variant(o->variant), cfg.validate();
       if (!o->scenario.empty()) scn = scenario_from_json(read_text(o->scenario), "scenario " + o->scenario);
       if (o->given("--tokens")) scn.tokens = o->tokens;
       if (o->given("--q-len")) scn.q_len = o->q_len;

@@ -481,6 +481,10 @@ void check_dump_matches_golden(const DumpReader& d, const GoldenReader& gr) {
   // write_dump always writes config, tp and tokens: without them a dump cannot be checked
   // to belong to this golden (root_attr_* name the attribute that is missing).
   const Config dc = config_from_json(d.root_attr_string("config"), "dump " + d.path());
+  // a build's bits are compared with a golden of the same build only (reference/variant.hpp)
+  if (dc.variant != gr.config().variant)
+    bad("it is of variant " + variant_name(dc.variant) + ", the golden of variant " + variant_name(gr.config().variant) +
+        ": a kernel's dump is compared with a golden of its own variant (k4 golden --variant " + variant_name(dc.variant) + ")");
   if (config_to_json(dc) != config_to_json(gr.config()))
     bad("its config differs from the golden's: " + config_to_json(dc) + " vs " + config_to_json(gr.config()));
   if (d.root_attr_int("tp") != gr.tp())

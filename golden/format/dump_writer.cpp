@@ -128,6 +128,7 @@ void write_dump(const std::string& path, const Config& cfg, int tokens, const St
     root.set_attr("kind", "dump");
     root.set_attr("tool_version", tool_version());
     root.set_attr("config", config_to_json(cfg));
+    root.set_attr("variant", variant_name(cfg.variant));
     root.set_attr("tp", int64_t(cfg.tp));
     root.set_attr("tokens", int64_t(tokens));
     for (int r = 0; r < cfg.tp; ++r)

@@ -207,7 +207,7 @@ struct GoldenReader::Impl {
     const size_t pb = size_t(cfg.page) * cfg.head_dim;
     R.k_cache.assign(size_t(n_pages) * pb, 0);
     R.v_cache.assign(size_t(n_pages) * pb, 0);
-    if (cfg.static_kv_scale) {
+    if (cfg.one_kv_scale()) {
       R.k_scale = std::move(ks);
       R.v_scale = std::move(vs);
     } else {
@@ -221,7 +221,7 @@ struct GoldenReader::Impl {
             " is outside the cache of " + std::to_string(n_pages) + " pages");
       std::memcpy(&R.k_cache[size_t(p) * pb], &k[i * pb], pb);
       std::memcpy(&R.v_cache[size_t(p) * pb], &v[i * pb], pb);
-      if (!cfg.static_kv_scale) {
+      if (!cfg.one_kv_scale()) {
         std::memcpy(&R.k_scale[size_t(p) * cfg.page], &ks[i * cfg.page], cfg.page * sizeof(float));
         std::memcpy(&R.v_scale[size_t(p) * cfg.page], &vs[i * cfg.page], cfg.page * sizeof(float));
       }

@@ -176,7 +176,7 @@ int64_t DimSizes::of(const std::string& d) const {
 }
 
 std::string DimSizes::dims_of(const char* dims) const {
-  if (std::string(dims) == "kv_scale") return cfg.static_kv_scale ? "one" : "page,page_key";
+  if (std::string(dims) == "kv_scale") return cfg.one_kv_scale() ? "one" : "page,page_key";
   return dims;
 }
 
@@ -197,7 +197,7 @@ std::vector<uint64_t> DimSizes::shape(const char* dims) const {
 
 #define K4_CONFIG_FIELDS(X)                                                                          \
   X(name) X(heads) X(head_dim) X(hidden) X(n_routed) X(top_k) X(inter) X(sparse_block) X(topk_blocks) \
-  X(page) X(n_split) X(max_tokens) X(max_context) X(kv_page_stride) X(static_kv_scale) X(waves)      \
+  X(page) X(n_split) X(max_tokens) X(max_context) X(kv_page_stride) X(waves)                         \
   X(lanes) X(o_rows) X(dn_rows) X(ug_rows) X(sh_rows) X(tp) X(sm_scale) X(eps) X(route_scale)        \
   X(shared_weight) X(swiglu_limit) X(init_blocks) X(local_blocks) X(wide_from) X(ag_rs_from)
 
@@ -206,6 +206,9 @@ std::string config_to_json(const Config& c) {
 #define X(f) j[#f] = c.f;
   K4_CONFIG_FIELDS(X)
 #undef X
+  nlohmann::ordered_json v;  // every switch of the variant, by name (reference/variant.hpp)
+  for (const VariantSwitch& s : variant_switches()) v[s.name] = switch_value(c.variant, s);
+  j["variant"] = v;
   return j.dump();
 }
 
@@ -230,13 +233,29 @@ void config_field(const nlohmann::json& v, const char* f, float& out, const std:
   if (!(std::fabs(d) <= double(FLT_MAX))) bad_field(where, f, v, "a finite number in the float range");
   out = float(d);
 }
-void config_field(const nlohmann::json& v, const char* f, bool& out, const std::string& where) {
-  if (!v.is_boolean()) bad_field(where, f, v, "true or false");
-  out = v.get<bool>();
-}
 void config_field(const nlohmann::json& v, const char* f, std::string& out, const std::string& where) {
   if (!v.is_string()) bad_field(where, f, v, "a string");
   out = v.get<std::string>();
+}
+
+// The variant object: every switch of this tool's table, each a known value.
+void config_variant(const nlohmann::json& v, Variant& out, const std::string& where) {
+  if (!v.is_object()) bad_field(where, "variant", v, "an object of variant switches");
+  for (const VariantSwitch& s : variant_switches()) {
+    if (!v.contains(s.name)) throw FormatError(where + ": config variant lacks switch '" + s.name + "'");
+    const nlohmann::json& x = v.at(s.name);
+    if (!x.is_string()) bad_field(where, s.name, x, "a string");
+    try {
+      set_switch(out, s, x.get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw FormatError(where + ": config " + e.what());
+    }
+  }
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    bool known = false;
+    for (const VariantSwitch& s : variant_switches()) known = known || it.key() == s.name;
+    if (!known) throw FormatError(where + ": config variant has switch '" + it.key() + "' this tool does not know");
+  }
 }
 
 }  // namespace
@@ -257,6 +276,18 @@ Config config_from_json(const std::string& text, const std::string& where) {
   config_field(j.at(#f), #f, c.f, where);
   K4_CONFIG_FIELDS(X)
 #undef X
+  if (j.contains("variant")) {
+    known.insert("variant");
+    config_variant(j.at("variant"), c.variant, where);
+  } else if (j.contains("static_kv_scale")) {
+    // a schema version 1 config (before the variants): the seed's build, one k / v scale a
+    // cache or one a key
+    known.insert("static_kv_scale");
+    if (!j.at("static_kv_scale").is_boolean()) bad_field(where, "static_kv_scale", j.at("static_kv_scale"), "true or false");
+    c.variant.kv_scale = j.at("static_kv_scale").get<bool>() ? KvScale::scalar : KvScale::per_key;
+  } else {
+    throw FormatError(where + ": config lacks field 'variant'");
+  }
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!known.count(it.key())) throw FormatError(where + ": config has field '" + it.key() + "' this tool does not know");
   try {

@@ -200,7 +200,7 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
       W.put(g, "split/inputs", "page_ids", pages);
       W.put(g, "split/inputs", "k_cache", gather_rows(I.k_cache, pages, page_bytes));
       W.put(g, "split/inputs", "v_cache", gather_rows(I.v_cache, pages, page_bytes));
-      if (c.static_kv_scale) {
+      if (c.one_kv_scale()) {
         W.put(g, "split/inputs", "k_scale", I.k_scale);
         W.put(g, "split/inputs", "v_scale", I.v_scale);
       } else {
@@ -306,6 +306,7 @@ void write_golden(const std::string& path, const LayerWeights& lw, const StepInp
     root.set_attr("contract_version", kContractVersion);
     root.set_attr("tool_version", tool_version());
     root.set_attr("config", config_to_json(c));
+    root.set_attr("variant", variant_name(c.variant));  // for people: the config's variant is the truth
     root.set_attr("scenario", meta.scenario_json);
     nlohmann::ordered_json seeds;
     seeds["weights"] = meta.weight_seed;

@@ -305,12 +305,15 @@ void validate_scenario(const Scenario& s, const Config& cfg, const std::string& 
     if (r < 0 || r >= s.tokens) bad(w, "zero_attn_row " + std::to_string(r) + " is outside 0.." + std::to_string(s.tokens - 1));
   for (int r : x.nan_kv_rows)
     if (r < 0 || r >= s.tokens) bad(w, "nan_kv_row " + std::to_string(r) + " is outside 0.." + std::to_string(s.tokens - 1));
-  const bool static_kv = s.static_kv_scale == 1 || (s.static_kv_scale == -1 && cfg.static_kv_scale);
+  const bool static_kv = s.static_kv_scale == 1 || (s.static_kv_scale == -1 && cfg.one_kv_scale());
   if (!x.zero_attn_rows.empty() && static_kv) bad(w, "zero_attn_rows needs per-key KV scales (not static_kv_scale)");
 }
 
 void apply_scenario(const Scenario& s, Config& cfg) {
-  if (s.static_kv_scale >= 0) cfg.static_kv_scale = s.static_kv_scale == 1;
+  // static_kv_scale: one scale a cache (split.kv_scale = scalar, unless the variant already
+  // has one scale a cache) or one a key (per_key)
+  if (s.static_kv_scale == 0) cfg.variant.kv_scale = KvScale::per_key;
+  if (s.static_kv_scale == 1 && !cfg.one_kv_scale()) cfg.variant.kv_scale = KvScale::scalar;
   if (s.kv_page_stride > 0) cfg.kv_page_stride = s.kv_page_stride;
   cfg.validate();
 }
@@ -480,7 +483,7 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
     R0.n_pages = n_pages;
     R0.k_cache.assign(size_t(n_pages) * pb, 0);
     R0.v_cache.assign(size_t(n_pages) * pb, 0);
-    const size_t n_scales = c.static_kv_scale ? 1 : size_t(n_pages) * c.page;
+    const size_t n_scales = c.one_kv_scale() ? 1 : size_t(n_pages) * c.page;
     R0.k_scale.assign(n_scales, 0.0f);
     R0.v_scale.assign(n_scales, 0.0f);
     Rng rkv(seed, "kv" + rk);
@@ -489,13 +492,13 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
         const size_t p = size_t(a * stride + j);
         kv_codes(rkv, &R0.k_cache[p * pb], size_t(pb));
         kv_codes(rkv, &R0.v_cache[p * pb], size_t(pb));
-        if (!c.static_kv_scale)
+        if (!c.one_kv_scale())
           for (int t = 0; t < c.page; ++t) {
             R0.k_scale[p * c.page + t] = float(0.002 + 0.018 * rkv.unit());
             R0.v_scale[p * c.page + t] = float(0.002 + 0.018 * rkv.unit());
           }
       }
-    if (c.static_kv_scale) {
+    if (c.one_kv_scale()) {
       R0.k_scale[0] = float(0.002 + 0.018 * rkv.unit());
       R0.v_scale[0] = float(0.002 + 0.018 * rkv.unit());
     }
@@ -508,7 +511,7 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
             R0.k_cache[p * pb + size_t(rkv.range(0, pb - 1))] = codes[t % 6];
             R0.v_cache[p * pb + size_t(rkv.range(0, pb - 1))] = codes[(t + 3) % 6];
           }
-          if (!c.static_kv_scale) {
+          if (!c.one_kv_scale()) {
             R0.k_scale[p * c.page + size_t(rkv.range(0, c.page - 1))] = 0.0f;
             R0.v_scale[p * c.page + size_t(rkv.range(0, c.page - 1))] = 1e3f;
           }
@@ -536,12 +539,12 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
               R0.k_cache[p * pb + size_t(k_byte(t, d))] = (d % 2) ? 0xFF : 0x7F;
               R0.v_cache[p * pb + size_t(v_byte(t, d))] = (d % 2) ? 0x7F : 0xFF;
             }
-            if (!c.static_kv_scale) {
+            if (!c.one_kv_scale()) {
               R0.k_scale[key] = (t % 2) ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
               R0.v_scale[key] = (t % 2) ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
             }
           } else if (t < 2) {  // the first keys of a page that is read: -0 scales and codes
-            if (!c.static_kv_scale) (t == 0 ? R0.k_scale : R0.v_scale)[key] = -0.0f;
+            if (!c.one_kv_scale()) (t == 0 ? R0.k_scale : R0.v_scale)[key] = -0.0f;
             R0.k_cache[p * pb + size_t(k_byte(t, 3))] = 0x80;
             R0.v_cache[p * pb + size_t(v_byte(t, 5))] = 0x80;
           }

@@ -37,8 +37,8 @@ void split_task(SplitOut& out, const StepRank& rk, const int32_t* table, int n_c
   for (int p = 0; p < 16; ++p) pages[p] = table[t * 16 + p];
   auto key_valid = [&](int kp) { return t * kSplitKeys + kp < n_ctx; };  // kp: key in partition
   auto page_of = [&](int kp) { return pages[kp / kPage]; };
-  auto kscale = [&](int kp) { return cfg.static_kv_scale ? rk.k_scale[0] : rk.k_scale[size_t(page_of(kp)) * kPage + kp % kPage]; };
-  auto vscale = [&](int kp) { return cfg.static_kv_scale ? rk.v_scale[0] : rk.v_scale[size_t(page_of(kp)) * kPage + kp % kPage]; };
+  auto kscale = [&](int kp) { return cfg.one_kv_scale() ? rk.k_scale[0] : rk.k_scale[size_t(page_of(kp)) * kPage + kp % kPage]; };
+  auto vscale = [&](int kp) { return cfg.one_kv_scale() ? rk.v_scale[0] : rk.v_scale[size_t(page_of(kp)) * kPage + kp % kPage]; };
   const size_t page_bytes = size_t(kPage) * kHeadDim;
 
   // QK (seed:L752-L768): c = 0; c = c + block(s) for the 4 dim chunks; s = (sm * ks) * c.

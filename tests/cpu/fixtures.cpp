@@ -135,7 +135,7 @@ StepInputs random_step(const Config& cfg, const StepSpec& spec) {
     R.v_cache.resize(bytes);
     fill_e4m3_cache(r, R.k_cache);
     fill_e4m3_cache(r, R.v_cache);
-    const size_t ns = cfg.static_kv_scale ? 1 : size_t(n_pages) * cfg.page;
+    const size_t ns = cfg.one_kv_scale() ? 1 : size_t(n_pages) * cfg.page;
     R.k_scale.resize(ns);
     R.v_scale.resize(ns);
     for (auto& s : R.k_scale) s = float(0.05 + 0.1 * r.uniform());

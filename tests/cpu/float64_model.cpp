@@ -377,7 +377,7 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
           V(j, d) = dec8(vpage[d * PG + tp]);
           Ka(j, d) = std::fabs(K(j, d)), Va(j, d) = std::fabs(V(j, d));
         }
-        const size_t si = cfg.static_kv_scale ? 0 : size_t(page) * PG + tp;
+        const size_t si = cfg.one_kv_scale() ? 0 : size_t(page) * PG + tp;
         ks[j] = rk.k_scale[si], vs[j] = rk.v_scale[si];
         vmax = (std::isnan(vs[j]) || std::isnan(vmax)) ? kNaN : std::max(vmax, vs[j]);
       }

@@ -236,8 +236,32 @@ TEST_CASE("fuzz regression: a config int field given as 1e20 is refused (was a f
                        "c: config field 'hidden' is 4294969344, expected an integer in the int range", golden::FormatError);
   CHECK_THROWS_WITH_AS(golden::config_from_json(with("eps", "1e300"), "c"),
                        "c: config field 'eps' is 1e+300, expected a finite number in the float range", golden::FormatError);
-  CHECK_THROWS_WITH_AS(golden::config_from_json(with("static_kv_scale", "1"), "c"),
+  const std::string no_variant = tiny.substr(0, tiny.find("\"variant\":"));
+  CHECK_THROWS_WITH_AS(golden::config_from_json(no_variant + "\"variant\":1}", "c"),
+                       "c: config field 'variant' is 1, expected an object of variant switches", golden::FormatError);
+  auto with_switch = [&](const std::string& from, const std::string& to) {
+    std::string t = tiny;
+    REQUIRE(t.find(from) != std::string::npos);
+    return t.replace(t.find(from), from.size(), to);
+  };
+  CHECK_THROWS_WITH_AS(golden::config_from_json(with_switch("\"router.gate\":\"bf16\"", "\"router.gate\":\"fp16\""), "c"),
+                       "c: config variant switch router.gate: unknown value 'fp16' (values: bf16, f32)", golden::FormatError);
+  CHECK_THROWS_WITH_AS(golden::config_from_json(with_switch("\"router.gate\":\"bf16\"", "\"router.gate\":true"), "c"),
+                       "c: config field 'router.gate' is true, expected a string", golden::FormatError);
+  CHECK_THROWS_WITH_AS(golden::config_from_json(with_switch("\"router.gate\":\"bf16\",", ""), "c"),
+                       "c: config variant lacks switch 'router.gate'", golden::FormatError);
+  CHECK_THROWS_WITH_AS(golden::config_from_json(with_switch("\"router.gate\":", "\"router.gate\":\"bf16\",\"moe.tp\":"), "c"),
+                       "c: config variant has switch 'moe.tp' this tool does not know", golden::FormatError);
+  // a schema version 1 config has static_kv_scale instead of the variant: the seed's build
+  const std::string v1 = no_variant + "\"static_kv_scale\":true}";
+  CHECK(golden::config_from_json(v1, "c").variant.kv_scale == KvScale::scalar);
+  CHECK(golden::config_from_json(no_variant + "\"static_kv_scale\":false}", "c").variant == Variant{});
+  CHECK_THROWS_WITH_AS(golden::config_from_json(no_variant + "\"static_kv_scale\":1}", "c"),
                        "c: config field 'static_kv_scale' is 1, expected true or false", golden::FormatError);
+  CHECK_THROWS_WITH_AS(golden::config_from_json(tiny.substr(0, tiny.size() - 1) + ",\"static_kv_scale\":true}", "c"),
+                       "c: config has field 'static_kv_scale' this tool does not know", golden::FormatError);
+  CHECK_THROWS_WITH_AS(golden::config_from_json(no_variant.substr(0, no_variant.size() - 1) + "}", "c"),
+                       "c: config lacks field 'variant'", golden::FormatError);
   CHECK_THROWS_WITH_AS(golden::config_from_json(with("name", "7"), "c"), "c: config field 'name' is 7, expected a string",
                        golden::FormatError);
   CHECK(golden::config_from_json(with("eps", "1"), "c").eps == 1.0f);  // an integer is a number

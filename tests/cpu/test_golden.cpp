@@ -441,7 +441,7 @@ TEST_CASE("golden inputs file: write and read back; a golden's inputs read the s
 
 TEST_CASE("golden config JSON: every field round trips; missing and unknown fields are errors") {
   Config c = preset("small", 2);
-  c.static_kv_scale = true;
+  c.variant.kv_scale = KvScale::scalar;
   c.kv_page_stride = 8;
   const std::string j = golden::config_to_json(c);
   CHECK(golden::config_to_json(golden::config_from_json(j, "t")) == j);

@@ -141,7 +141,7 @@ TEST_CASE("q_len > 1: a long request takes the long path on every row, and selec
 
 TEST_CASE("one static KV scale gives the bits of that scale on every key") {
   const LayerWeights& base = k4::f64::cached_layer("tiny", 2, 1);
-  const LayerWeights stat = with_cfg(base, [](k4::Config& c) { c.static_kv_scale = true; });
+  const LayerWeights stat = with_cfg(base, [](k4::Config& c) { c.variant.kv_scale = k4::KvScale::scalar; });
   StepInputs per_key = k4::test::random_step(base.cfg, {3, {2000, 300, 5}, 1, 21});
   StepInputs one = per_key;
   for (size_t r = 0; r < per_key.ranks.size(); ++r) {

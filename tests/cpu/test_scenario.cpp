@@ -93,7 +93,7 @@ TEST_CASE("scenario: every context helper, q_len, pad rows and KV variant passes
     }
     // memory stays small whatever the context: the cache is sized to the allocations
     CHECK(in.ranks[0].n_pages <= v.s.cache_blocks * cfg.kv_page_stride);
-    CHECK(in.ranks[0].k_scale.size() == (cfg.static_kv_scale ? 1u : size_t(in.ranks[0].n_pages) * cfg.page));
+    CHECK(in.ranks[0].k_scale.size() == (cfg.one_kv_scale() ? 1u : size_t(in.ranks[0].n_pages) * cfg.page));
   }
 }
 

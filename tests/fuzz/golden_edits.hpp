@@ -238,7 +238,7 @@ inline const std::vector<std::string>& string_values() {
 inline const std::vector<std::string>& config_fields() {
   static const std::vector<std::string> v = {
       "name",         "heads",  "head_dim",   "hidden",   "n_routed",  "top_k",      "inter",         "sparse_block",
-      "topk_blocks",  "page",   "n_split",    "max_tokens", "max_context", "kv_page_stride", "static_kv_scale",
+      "topk_blocks",  "page",   "n_split",    "max_tokens", "max_context", "kv_page_stride", "variant",
       "waves",        "lanes",  "o_rows",     "dn_rows",  "ug_rows",   "sh_rows",    "tp",            "sm_scale",
       "eps",          "route_scale", "shared_weight", "swiglu_limit", "init_blocks", "local_blocks", "wide_from",
       "ag_rs_from"};

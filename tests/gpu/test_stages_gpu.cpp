@@ -366,7 +366,7 @@ TEST_CASE("sweep tiny small") {
   for (size_t ci = 0; ci < cfgs.size(); ++ci) {
     Config cfg = preset(cfgs[ci].preset, cfgs[ci].tp);
     if (cfgs[ci].kv_page_stride) cfg.kv_page_stride = cfgs[ci].kv_page_stride;
-    cfg.static_kv_scale = cfg.static_kv_scale || cfgs[ci].static_kv;
+    if (cfgs[ci].static_kv) cfg.variant.kv_scale = KvScale::scalar;
     cfg.validate();
     layers.push_back(std::make_unique<LayerWeights>(test::random_layer(cfg, 1000 + ci)));
     runners.push_back(std::make_unique<gpu::Runner>(*layers.back()));

@@ -1,0 +1,153 @@
+// test_variant.cpp -- the variant framework (reference/variant.hpp): the switch table, the
+// presets of VARIANTS.md §1, the spec syntax and its canonical name, the refusal of values
+// not modelled yet, the config JSON round trip, and the k4 command: --variant, the golden's
+// variant attribute, k4 inspect, and k4 diff refusing goldens of different variants.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+
+#include "golden/schema.hpp"
+#include "reference/config.hpp"
+#include "reference/variant.hpp"
+#include "tests/cpu/cli_run.hpp"
+
+using namespace k4;
+
+TEST_SUITE("variant") {
+
+TEST_CASE("the switch table: names unique, the seed's value first and modelled, get / set agree") {
+  std::set<std::string> names;
+  for (const VariantSwitch& s : variant_switches()) {
+    CAPTURE(s.name);
+    CHECK(names.insert(s.name).second);
+    REQUIRE(s.values.size() >= 2);
+    REQUIRE(s.modelled.size() == s.values.size());
+    CHECK(s.modelled[0]);
+    CHECK(s.get(Variant{}) == 0);  // the default Variant is the seed
+    for (size_t i = 0; i < s.values.size(); ++i) {
+      Variant v;
+      set_switch(v, s, s.values[i]);
+      CHECK(s.get(v) == int(i));
+      CHECK(switch_value(v, s) == s.values[i]);
+      // one switch changes one switch
+      for (const VariantSwitch& o : variant_switches())
+        if (std::string(o.name) != s.name) CHECK(o.get(v) == 0);
+      CHECK((v == Variant{}) == (i == 0));
+    }
+  }
+  CHECK(names == std::set<std::string>{"router.gate", "router.round_logit", "moe.wide_live_rows", "moe.wide_down_order",
+                                       "split.kv_scale", "moe.narrow_final", "moe.shared_fp8", "index.cp"});
+}
+
+TEST_CASE("presets are VARIANTS.md §1's sets") {
+  CHECK(variant_preset("seed") == Variant{});
+  CHECK(variant_diff(Variant{}, variant_preset("vllm-mono")) == std::vector<std::string>{"split.kv_scale=static448"});
+  CHECK(variant_diff(Variant{}, variant_preset("aiter")) ==
+        std::vector<std::string>{"router.gate=f32", "router.round_logit=false", "moe.wide_live_rows=exclude_pad"});
+  CHECK(variant_diff(Variant{}, variant_preset("atom")) ==
+        std::vector<std::string>{"moe.wide_live_rows=exclude_pad", "moe.wide_down_order=per_expert", "moe.narrow_final=split"});
+  CHECK_THROWS_WITH_AS(variant_preset("sglang"), "unknown variant preset 'sglang' (known: seed, vllm-mono, aiter, atom)",
+                       std::invalid_argument);
+}
+
+TEST_CASE("spec syntax: presets and switches left to right; the canonical name parses back") {
+  CHECK(parse_variant("seed") == Variant{});
+  Variant v = parse_variant("atom,router.round_logit=false");
+  CHECK(v.wide_down_order == WideDownOrder::per_expert);
+  CHECK(!v.round_logit);
+  CHECK(variant_name(v) == "atom,router.round_logit=false");
+  CHECK(parse_variant("router.gate=f32,seed") == Variant{});  // a preset resets
+  CHECK(variant_name(parse_variant("router.gate=f32,router.round_logit=false,moe.wide_live_rows=exclude_pad")) == "aiter");
+  // the nearest preset, earlier ones first on a tie
+  CHECK(variant_name(parse_variant("moe.wide_live_rows=exclude_pad")) == "seed,moe.wide_live_rows=exclude_pad");
+  CHECK(variant_name(parse_variant("aiter,moe.wide_live_rows=all")) == "aiter,moe.wide_live_rows=all");
+  for (const std::string& p : variant_preset_names()) {
+    CHECK(variant_name(variant_preset(p)) == p);
+    for (const VariantSwitch& s : variant_switches())
+      for (const char* val : s.values) {
+        Variant x = variant_preset(p);
+        set_switch(x, s, val);
+        CAPTURE(variant_name(x));
+        CHECK(parse_variant(variant_name(x)) == x);
+      }
+  }
+  CHECK_THROWS_WITH_AS(parse_variant(""), "variant '': expected a preset or SWITCH=VALUE items", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_variant("aiter,"), "variant 'aiter,': an empty item", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_variant("router.gate=fp16"),
+                       "variant 'router.gate=fp16': variant switch router.gate: unknown value 'fp16' (values: bf16, f32)",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_variant("moe.order=flat"), doctest::Contains("unknown variant switch 'moe.order' (known: router.gate,"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("a value declared but not modelled is refused by name; Config::validate refuses it too") {
+  CHECK_NOTHROW(check_variant(Variant{}));
+  for (const VariantSwitch& s : variant_switches())
+    for (size_t i = 0; i < s.values.size(); ++i) {
+      Variant v;
+      s.set(v, int(i));
+      const std::string what = std::string(s.name) + " = " + s.values[i];
+      CAPTURE(what);
+      if (s.modelled[i]) {
+        CHECK_NOTHROW(check_variant(v));
+      } else {
+        CHECK_THROWS_WITH_AS(check_variant(v),
+                             doctest::Contains(("declared but not modelled yet: " + what + " (VARIANTS.md " + s.rule + ")").c_str()),
+                             std::invalid_argument);
+        Config c = preset("tiny");
+        c.variant = v;
+        CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("config 'tiny': variant "), std::invalid_argument);
+      }
+    }
+}
+
+TEST_CASE("config JSON carries every switch and round-trips each modelled variant") {
+  const std::string seed_json = golden::config_to_json(preset("tiny"));
+  for (const VariantSwitch& s : variant_switches())
+    CHECK(seed_json.find("\"" + std::string(s.name) + "\":\"" + s.values[0] + "\"") != std::string::npos);
+  for (const VariantSwitch& s : variant_switches())
+    for (size_t i = 0; i < s.values.size(); ++i) {
+      if (!s.modelled[i]) continue;
+      Config c = preset("tiny");
+      s.set(c.variant, int(i));
+      const Config back = golden::config_from_json(golden::config_to_json(c), "c");
+      CHECK(back.variant == c.variant);
+      CHECK(golden::config_to_json(back) == golden::config_to_json(c));
+    }
+  CHECK(preset("tiny").one_kv_scale() == false);
+  Config c = preset("tiny");
+  c.variant.kv_scale = KvScale::scalar;
+  CHECK(c.one_kv_scale());
+}
+
+TEST_CASE("k4 golden --variant; the golden's variant attribute; inspect shows it; diff refuses another variant") {
+  NEED_K4();
+  cli::TempDir t("variant");
+  const std::string seed = t.path("seed.h5"), scalar = t.path("scalar.h5");
+  cli::Run r = cli::run(t, "golden --preset tiny --tp 1 --tokens 2 --context 300 --out " + seed);
+  REQUIRE(r.rc == 0);
+  r = cli::run(t, "golden --preset tiny --tp 1 --tokens 2 --context 300 --variant split.kv_scale=scalar --out " + scalar);
+  REQUIRE(r.rc == 0);
+  r = cli::run(t, "inspect " + scalar);
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("@variant = seed,split.kv_scale=scalar") != std::string::npos);
+  r = cli::run(t, "inspect " + seed);
+  CHECK(r.out.find("@variant = seed\n") != std::string::npos);
+  r = cli::run(t, "diff " + seed + " " + scalar);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("it is of variant seed,split.kv_scale=scalar, the golden of variant seed") != std::string::npos);
+  r = cli::run(t, "diff " + seed + " " + seed);
+  CHECK(r.rc == 0);
+  r = cli::run(t, "golden --preset tiny --tokens 2 --context 300 --variant aiter,bogus --out " + t.path("x.h5"));
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("variant 'aiter,bogus': unknown variant preset 'bogus'") != std::string::npos);
+  r = cli::run(t, "golden --preset tiny --tokens 2 --context 300 --variant vllm-mono --out " + t.path("x.h5"));
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("declared but not modelled yet: split.kv_scale = static448 (VARIANTS.md V4)") != std::string::npos);
+  r = cli::run(t, "golden --help");
+  CHECK(r.out.find("moe.wide_down_order=flat|per_expert") != std::string::npos);
+  CHECK(r.out.find("aiter  = seed,router.gate=f32,router.round_logit=false,moe.wide_live_rows=exclude_pad") != std::string::npos);
+}
+
+}  // TEST_SUITE

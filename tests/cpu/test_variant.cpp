@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "golden/schema.hpp"
+#include "golden/format/schema.hpp"
 #include "reference/config.hpp"
 #include "reference/variant.hpp"
 #include "tests/cpu/cli_run.hpp"

@@ -356,6 +356,49 @@ struct Runner::Impl {
   }
 };
 
+#if !defined(K4_HOST_EMULATION)
+namespace {
+
+// Writing twice the L2's size evicts every line the step before could have left.
+class L2Flush {
+ public:
+  L2Flush() {
+    int dev = 0, l2 = 0;
+    K4_HIP_CHECK(hipGetDevice(&dev));
+    hipDeviceProp_t p;
+    K4_HIP_CHECK(hipGetDeviceProperties(&p, dev));
+    l2 = p.l2CacheSize;
+    buf_.resize(size_t(std::max(l2, 1 << 20)) * 2);
+  }
+  void operator()() { K4_HIP_CHECK(hipMemsetAsync(buf_.get(), 0x5a, buf_.size(), 0)); }
+
+ private:
+  DeviceBuffer<uint8_t> buf_;
+};
+
+// Every 16-byte vector of p read once (4 in flight a thread, grid-stride); the xor is stored
+// only on a value no input makes, so no load is dead.
+__global__ void __launch_bounds__(512) stream_read_kernel(const uint4* __restrict__ p, size_t n16, int* sink) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  unsigned acc = 0;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    uint4 v[4];
+    for (int u = 0; u < 4; ++u) v[u] = p[i + u * stride];
+    for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n16; i += stride) acc ^= p[i].x ^ p[i].y ^ p[i].z ^ p[i].w;
+  if (acc == 0x7eadbeefu) sink[0] = int(acc);
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+#endif
+
 Runner::Runner(const LayerWeights& w) : impl_(std::make_unique<Impl>(w)) {}
 Runner::~Runner() = default;
 
@@ -383,6 +426,7 @@ std::vector<StageTime> Runner::time_stages(const StepInputs& in, int warmup, int
   (void)warmup, (void)repeats;
   for (const Stage& st : stages) out.push_back(StageTime{st.name, 0, 0, s.stage_bytes(st.name)});
 #else
+  L2Flush flush;
   hipEvent_t t0, t1;
   K4_HIP_CHECK(hipEventCreate(&t0));
   K4_HIP_CHECK(hipEventCreate(&t1));
@@ -390,6 +434,7 @@ std::vector<StageTime> Runner::time_stages(const StepInputs& in, int warmup, int
     for (int i = 0; i < warmup; ++i) (s.*st.fn)();
     std::vector<double> us;
     for (int i = 0; i < repeats; ++i) {
+      flush();  // no weight left hot in L2 by the repeat before
       K4_HIP_CHECK(hipEventRecord(t0, 0));
       (s.*st.fn)();
       K4_HIP_CHECK(hipEventRecord(t1, 0));
@@ -403,6 +448,82 @@ std::vector<StageTime> Runner::time_stages(const StepInputs& in, int warmup, int
   }
   K4_HIP_CHECK(hipEventDestroy(t0));
   K4_HIP_CHECK(hipEventDestroy(t1));
+#endif
+  return out;
+}
+
+
+double Runner::read_floor_s(size_t bytes, int repeats) {
+#if defined(K4_HOST_EMULATION)
+  (void)bytes, (void)repeats;
+  return 0;
+#else
+  bytes = std::max<size_t>(bytes & ~size_t(15), 16);
+  DeviceBuffer<uint8_t> x(bytes);
+  DeviceBuffer<int> sink(1);
+  K4_HIP_CHECK(hipMemset(x.get(), 1, bytes));
+  int dev = 0;
+  K4_HIP_CHECK(hipGetDevice(&dev));
+  hipDeviceProp_t p;
+  K4_HIP_CHECK(hipGetDeviceProperties(&p, dev));
+  L2Flush flush;
+  hipEvent_t t0, t1;
+  K4_HIP_CHECK(hipEventCreate(&t0));
+  K4_HIP_CHECK(hipEventCreate(&t1));
+  std::vector<double> s;
+  for (int i = 0; i <= repeats; ++i) {
+    flush();
+    K4_HIP_CHECK(hipEventRecord(t0, 0));
+    hipLaunchKernelGGL(stream_read_kernel, dim3(2 * p.multiProcessorCount), dim3(512), 0, 0,
+                       reinterpret_cast<const uint4*>(x.get()), bytes / 16, sink.get());
+    K4_HIP_CHECK(hipGetLastError());
+    K4_HIP_CHECK(hipEventRecord(t1, 0));
+    K4_HIP_CHECK(hipEventSynchronize(t1));
+    float ms = 0;
+    K4_HIP_CHECK(hipEventElapsedTime(&ms, t0, t1));
+    if (i > 0) s.push_back(double(ms) / 1000.0);  // the first is the warm-up
+  }
+  K4_HIP_CHECK(hipEventDestroy(t0));
+  K4_HIP_CHECK(hipEventDestroy(t1));
+  return median_of(s);
+#endif
+}
+
+StepTime Runner::time_step(const StepInputs& in, int warmup, int repeats) {
+  Impl& s = *impl_;
+  s.set_inputs(in, RunOptions{});
+  s.run_all();
+  StepTime out;
+  out.repeats = repeats;
+  out.experts = s.step_experts;
+  for (const char* st : {"index", "split", "merge", "o_proj", "attn_allreduce", "router", "route_top4", "up_gate", "down",
+                         "ffn_allreduce"})
+    out.bytes += s.stage_bytes(st);
+#if defined(K4_HOST_EMULATION)
+  (void)warmup;
+#else
+  L2Flush flush;
+  hipEvent_t t0, t1;
+  K4_HIP_CHECK(hipEventCreate(&t0));
+  K4_HIP_CHECK(hipEventCreate(&t1));
+  for (int i = 0; i < warmup; ++i) s.run_all();
+  std::vector<double> us;
+  for (int i = 0; i < repeats; ++i) {
+    flush();
+    K4_HIP_CHECK(hipEventRecord(t0, 0));
+    s.run_all();
+    K4_HIP_CHECK(hipEventRecord(t1, 0));
+    K4_HIP_CHECK(hipEventSynchronize(t1));
+    float ms = 0;
+    K4_HIP_CHECK(hipEventElapsedTime(&ms, t0, t1));
+    us.push_back(double(ms) * 1000.0);
+  }
+  K4_HIP_CHECK(hipEventDestroy(t0));
+  K4_HIP_CHECK(hipEventDestroy(t1));
+  std::sort(us.begin(), us.end());
+  out.median_us = us[us.size() / 2], out.min_us = us.front();
+  out.floor_us = read_floor_s(size_t(out.bytes), std::max(repeats, 5)) * 1e6;
+  out.read_bw = out.bytes / (out.floor_us * 1e-6);
 #endif
   return out;
 }

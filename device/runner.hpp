@@ -51,6 +51,18 @@ struct StageTime {
   double bytes = 0;       // the HBM bytes the stage must move at least (reads + writes)
 };
 
+// The whole step timed end to end (time_step): every stage's launches as run_step issues them,
+// the routing read back included, with the L2 flushed before each repeat so that no weight is
+// left hot from the step before (w_o alone is 50 MB of the 60 MB L2 at TP 4).
+struct StepTime {
+  double median_us = 0, min_us = 0;
+  int repeats = 0;
+  double bytes = 0;          // the HBM bytes the step must move at least: the stages' sum
+  double floor_us = 0;       // one launch streaming `bytes` (16-byte loads), L2 flushed, median
+  double read_bw = 0;        // bytes / s of that launch
+  int experts = 0;           // the step's distinct experts, summed over ranks
+};
+
 class Runner {
  public:
   explicit Runner(const LayerWeights& w);  // uploads every rank's dense weights
@@ -64,8 +76,15 @@ class Runner {
   // timed `repeats` times after `warmup` untimed runs.
   std::vector<StageTime> time_stages(const StepInputs& in, int warmup, int repeats);
 
+  // The step `in` end to end (run once first, so its experts are on the device): `repeats`
+  // timed runs after `warmup`, each after an L2 flush, and the weights-only floor beside it.
+  StepTime time_step(const StepInputs& in, int warmup, int repeats);
+
   // Device-to-device copy bandwidth (bytes read + written per second) over `bytes`.
   static double copy_bandwidth(size_t bytes, int repeats);
+  // One launch reading `bytes` with 16-byte streaming loads after an L2 flush: median time in
+  // seconds over `repeats` (the byte floor of a step or stage that reads that much).
+  static double read_floor_s(size_t bytes, int repeats);
 
  private:
   struct Impl;

@@ -1,10 +1,12 @@
 // k4_device.cpp -- the device runner's command line: benchmark and quick checks on the GPU.
 //
 //   k4_device bench [--preset minimax-m3-tp4] [--tp 4] [--tokens 1,4,16] [--seq 20000]
-//                   [--warmup 3] [--repeats 20] [--md FILE]
-//       each stage's kernels of one synthetic step (seeded fixtures) timed with events,
+//                   [--warmup 3] [--repeats 20] [--step-repeats 50] [--md FILE]
+//       the whole step end to end (median of --step-repeats, L2 flushed before each) against
+//       the weights-only floor (one launch streaming the step's bytes, measured in the same
+//       run); then each stage's kernels of that step (seeded fixtures) timed with events,
 //       median of --repeats after --warmup, against the stage's HBM byte floor: the bytes it
-//       must move over the device-to-device copy bandwidth measured in the same run.
+//       must move over the streaming read bandwidth measured in the same run.
 //   k4_device check [--preset tiny] [--tp 2] [--tokens 5] [--seq 20000] [--seed 1]
 //       one step on the device and in the reference; exit 1 on any mismatching field.
 //   k4_device run GOLDEN -o DUMP [--force] [--ar-form config|plain|rs] [--diff [--replay]]
@@ -43,23 +45,44 @@ std::vector<int> seq_for(int S, int seq) {
 }
 
 int bench(const std::string& pname, int tp, const std::vector<int>& tokens, int seq, int warmup, int repeats,
-          const std::string& md_path) {
+          int step_repeats, const std::string& md_path) {
   const Config cfg = preset(pname, tp);
   std::printf("k4_device bench: %s, preset %s, tp %d (all ranks on this GPU), seq %d\n", gpu::device_name().c_str(),
               pname.c_str(), tp, seq);
-  const double bw = gpu::Runner::copy_bandwidth(size_t(1) << 30, 10);
-  std::printf("device-to-device copy: %.0f GB/s (bytes read + written, 1 GiB, median of 10)\n", bw / 1e9);
+  const double copy_bw = gpu::Runner::copy_bandwidth(size_t(1) << 30, 10);
+  const double bw = double(size_t(1) << 30) / gpu::Runner::read_floor_s(size_t(1) << 30, 10);
+  std::printf("device-to-device copy: %.0f GB/s (bytes read + written, 1 GiB, median of 10)\n", copy_bw / 1e9);
+  std::printf("streaming read: %.0f GB/s (one launch over 1 GiB, 16-byte loads, L2 flushed, median of 10)\n",
+              bw / 1e9);
   std::ostringstream md;
   md << "Device: " << gpu::device_name() << ". Preset " << pname << ", TP " << tp
      << " (every rank on the one GPU: the byte floors count every rank's weights), context " << seq
-     << " keys a row (one request of S consecutive rows). Copy bandwidth " << int(bw / 1e9)
-     << " GB/s (device-to-device memcpy, read + write). Times: median of " << repeats << " after " << warmup
-     << " warm-up runs, CUDA events around each stage's launches.\n\n";
+     << " keys a row (one request of S consecutive rows). Streaming read bandwidth " << int(bw / 1e9)
+     << " GB/s (one launch over 1 GiB, L2 flushed; the stage floors are bytes over it), copy " << int(copy_bw / 1e9)
+     << " GB/s (read + write). Stage times: median of " << repeats << " after " << warmup
+     << " warm-up runs, CUDA events around each stage's launches, L2 flushed before each.\n\n";
   md << "| S | stage | median us | min us | floor bytes | floor us | x floor |\n|---|---|---|---|---|---|---|\n";
   const LayerWeights lw = test::random_layer(cfg, 2024);
   gpu::Runner runner(lw);
+  std::ostringstream steps;
+  steps << "\nThe whole step end to end (Runner::time_step: every launch of run_step, the routing read back to the "
+           "host included; L2 flushed before each; median of "
+        << step_repeats << ") against the weights-only floor: one launch streaming the step's bytes, L2 flushed, "
+           "measured in the same run.\n\n"
+        << "| S | experts (all ranks) | step median us | step min us | bytes | floor us | x floor | floor GB/s |\n"
+        << "|---|---|---|---|---|---|---|---|\n";
   for (int S : tokens) {
     const StepInputs in = test::random_step(cfg, {S, seq_for(S, seq), S, uint64_t(S)});
+    const gpu::StepTime st = runner.time_step(in, warmup, step_repeats);
+    std::printf("S=%2d step %.1f us (min %.1f, median of %d, L2 flushed), floor %.1f us (%.0f B at %.0f GB/s), x%.2f, "
+                "%d experts\n",
+                S, st.median_us, st.min_us, st.repeats, st.floor_us, st.bytes, st.read_bw / 1e9,
+                st.floor_us > 0 ? st.median_us / st.floor_us : 0.0, st.experts);
+    char srow[256];
+    std::snprintf(srow, sizeof srow, "| %d | %d | %.1f | %.1f | %.0f | %.1f | %.2f | %.0f |\n", S, st.experts,
+                  st.median_us, st.min_us, st.bytes, st.floor_us, st.floor_us > 0 ? st.median_us / st.floor_us : 0.0,
+                  st.read_bw / 1e9);
+    steps << srow;
     const std::vector<gpu::StageTime> times = runner.time_stages(in, warmup, repeats);
     double total = 0, total_floor = 0;
     for (const gpu::StageTime& t : times) {
@@ -77,6 +100,8 @@ int bench(const std::string& pname, int tp, const std::vector<int>& tokens, int 
     md << row;
     std::printf("S=%2d total %.1f us, floor %.2f us\n", S, total, total_floor);
   }
+  md << steps.str();
+  std::fputs(steps.str().c_str(), stdout);
   if (!md_path.empty()) {
     std::ofstream f(md_path);
     f << md.str();
@@ -141,6 +166,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string bench_preset = "minimax-m3-tp4", check_preset = "tiny", md;
   int bench_tp = 4, check_tp = 2, bench_seq = 20000, check_seq = 20000, warmup = 3, repeats = 20, S = 5;
+  int step_repeats = 50;
   uint64_t seed = 1;
   std::vector<int> tokens = {1, 4, 16};
   CLI::App* b = app.add_subcommand("bench", "time each stage against its HBM byte floor");
@@ -150,6 +176,7 @@ int main(int argc, char** argv) {
   b->add_option("--seq", bench_seq);
   b->add_option("--warmup", warmup);
   b->add_option("--repeats", repeats);
+  b->add_option("--step-repeats", step_repeats, "timed repeats of the whole step (median)");
   b->add_option("--md", md, "also write the table as markdown");
   CLI::App* c = app.add_subcommand("check", "one step on the device against the reference");
   c->add_option("--preset", check_preset);
@@ -173,7 +200,7 @@ int main(int argc, char** argv) {
   const std::string tool = std::string("k4_device ") + (b->parsed() ? "bench" : c->parsed() ? "check" : "run");
   return k4::guard::run(tool, [&] {
     try {
-      if (b->parsed()) return bench(bench_preset, bench_tp, tokens, bench_seq, warmup, repeats, md);
+      if (b->parsed()) return bench(bench_preset, bench_tp, tokens, bench_seq, warmup, repeats, step_repeats, md);
       if (c->parsed()) return check(check_preset, check_tp, S, check_seq, seed);
       if (g->parsed()) return run(ropt, diff, replay);
     } catch (const std::exception& e) {

@@ -1,8 +1,9 @@
 # K4Emulation.cmake -- the kernels' host emulation: device/*.cu compiled as C++ with
 # -DK4_HOST_EMULATION (device/emu.hpp stands in for the HIP runtime, device/kernel.hpp runs
 # each block body item by item), linked with the GPU suite's stage and golden tests
-# (tests/gpu, less the elementwise numerics sweeps, whose kernels are plain __global__
-# functions). It checks the kernels' indexing, orders and phase structure without a GPU;
+# (tests/gpu, less the elementwise numerics sweeps and the exact tensor-core tiles, whose
+# kernels are plain __global__ functions: tests/cpu/test_exact_mma.cpp checks the tiles' host
+# emulation). It checks the kernels' indexing, orders and phase structure without a GPU;
 # the GPU's compiler and arithmetic are the device run's to check (docs/gpu-verification.md).
 #
 # CPU build only (without K4_CUDA, where device/*.cu are CUDA sources):
@@ -25,7 +26,7 @@ set_source_files_properties(${K4_DEVICE_SOURCES} PROPERTIES LANGUAGE CXX)  # -x 
 # The suite's sources, compiled once for every variant: they see the kernels only through
 # device/runner.hpp (plain C++).
 set(_k4_emu_suite_sources ${K4_GPU_TEST_SOURCES})
-list(FILTER _k4_emu_suite_sources EXCLUDE REGEX "(\\.cu|/test_numerics_gpu\\.cpp)$")
+list(FILTER _k4_emu_suite_sources EXCLUDE REGEX "(\\.cu|/test_numerics_gpu\\.cpp|/test_exact_mma_gpu\\.cpp)$")
 add_library(k4_emu_suite OBJECT ${_k4_emu_suite_sources})
 target_link_libraries(k4_emu_suite PUBLIC k4_test_support k4_golden doctest::doctest)
 

@@ -21,6 +21,7 @@
 #                                           of it, then stop
 #   1. k4_gpu_tests -ts=gpu_stages          every stage bit for bit vs the reference (the
 #                                           sweep's budget: K4_GPU_BUDGET_S, default 270 s)
+#      k4_gpu_tests -ts=gpu_exact_mma       the integer tensor-core block dots, every tile
 #      k4_gpu_tests -ts=gpu_golden          goldens -> device -> dumps -> diff (gpu::run_golden)
 #      k4 golden | k4_device run --diff | k4 diff   the tools end to end, tiny and full preset
 #      the crash guard in this static build: K4_GUARD_SELFTEST (exit 2 / 70), k4 diff on
@@ -124,6 +125,14 @@ run() {
   grep -E "sweep: [^r]|SKIPPED|MISMATCH|first mismatching|test cases:|assertions:|Status" "$out/suite.log" >>"$sum"
   if [[ $rc -eq 0 ]]; then note "suite: PASS ($((SECONDS - t0)) s)"; else note "suite: FAIL rc=$rc ($((SECONDS - t0)) s)"; status=1; fi
 
+  # 1a. the exact integer tensor-core block dots (device/exact_mma.hpp): every tile through
+  # mma.sync and through the shuffle fallback, bit for bit against the model
+  t0=$SECONDS
+  timeout 120 "$suite/k4_gpu_tests" -ts=gpu_exact_mma --no-colors=true >"$out/exact_mma.log" 2>&1
+  rc=$?
+  grep -E "gpu_exact_mma|MISMATCH|test cases:|assertions:" "$out/exact_mma.log" | head -20 >>"$sum"
+  if [[ $rc -eq 0 ]]; then note "exact mma: PASS ($((SECONDS - t0)) s)"; else note "exact mma: FAIL rc=$rc"; status=1; fi
+
   # 1b. goldens through the device into dumps (gpu_golden), then the tools themselves: k4 golden,
   # k4_device run --diff (must exit 0), k4 diff of the dump (must exit 0)
   t0=$SECONDS
@@ -215,7 +224,7 @@ run() {
   note "gpu-suite: $([[ $status -eq 0 ]] && echo ALL OK || echo FAILURES) (total $SECONDS s)"
   cat "$sum" >>"$log"
   # the device tool brings back 8 files: the per-step logs go into one archive
-  (cd "$out" && tar czf logs.tar.gz ./*.log && rm -f plant?.log probe.log memcheck.log racecheck.log bench.log golden.log tools.log guard.log)
+  (cd "$out" && tar czf logs.tar.gz ./*.log && rm -f plant?.log probe.log memcheck.log racecheck.log bench.log golden.log tools.log guard.log exact_mma.log)
   return $status
 }
 

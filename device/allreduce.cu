@@ -1,6 +1,6 @@
 // allreduce.cu -- the rank-ordered sums of bf16 partial rows; the twin of
-// reference/stages/oproj.cpp all_reduce_rows / residual_add (seed stage_o L1090-L1160,
-// ffn_finish L2124-L2194).
+// reference/stages/oproj.cpp all_reduce_rows / residual_add (stage_o's sums from
+// AG_RS (seed:L1087-L1162), and ffn_finish (seed:L1712-L1778)).
 //
 // Contract (reference/stages/oproj.hpp): out[dst] = bf16(0 + p_rank0 + p_rank1 + ...) in f32,
 // ranks in order (zero_start = false: p_rank0 + p_rank1 + ..., the seed's W == 1 FFN path);

@@ -1,5 +1,5 @@
 // index.cu -- stage 0, index: sparse block selection on the GPU; the twin of
-// reference/stages/index.cpp (seed lines 286-640: step_rows, index_key, rank_blocks, place,
+// reference/stages/index.cpp (index (seed:L289-L640): step_rows, index_key, rank_blocks, place,
 // select_blocks, select_long, wave_best, rank_cands).
 //
 // Contract (reference/stages/index.hpp), per token row k, ctx = max(seq_len, 1),
@@ -27,7 +27,7 @@ constexpr int32_t kKeyNone = INT32_MIN;  // seed KEY_NONE
 constexpr int kNetLanes = 64;            // the seed's wave: the networks' lane groups
 constexpr int kCandBatch = 2;            // seed CAND_BATCH
 
-// Sort key of block b's score: reference/numerics/keys.hpp (seed:L309-L318).
+// Sort key of block b's score: reference/numerics/keys.hpp (index_key (seed:L312-L321)).
 K4_BODY int32_t index_key(const DevCfg& cfg, int b, float score, int n_blk) {
   return index_key_bits(b, score, n_blk, cfg.init_blocks, cfg.local_blocks);
 }
@@ -54,7 +54,7 @@ K4_BODY RowInfo row_info(const IndexArgs& a, int k) {
 
 K4_BODY bool beats(int32_t ah, int32_t al, int32_t bh, int32_t bl) { return ah > bh || (ah == bh && al > bl); }
 
-// One placed candidate (seed place, L458-L482): its slot's pages and block id.
+// One placed candidate (place (seed:L453-L475)): its slot's pages and block id.
 K4_BODY void place_one(const IndexArgs& a, int32_t* table, int32_t* blocks, int32_t key, int32_t bb, int rank,
                        int32_t kt, int n_blk, int n_full, const int32_t* bt_row) {
   const DevCfg& cfg = a.cfg;
@@ -101,7 +101,7 @@ struct ShortBody {
     });
     if (row.long_path) return;  // uniform over the block
     const int n_blk = row.n_blk, n_sel = n_blk < T ? n_blk : T, tail = n_blk - 1;
-    const bool scored = n_blk > T;  // seed:L292 -- short contexts take id order
+    const bool scored = n_blk > T;  // scored (seed:L302) -- short contexts take id order
     const float* sc = a.scores + size_t(k) * a.score_width;
     c.each(n_blk, [&](int b) {
       // a pinned block's slot holds no score: its key is forced, the word is not used
@@ -145,7 +145,7 @@ K4_BODY void gather(Ctx& c, Lanes dst, Lanes src, int off, int n) {
   });
 }
 
-// Bitonic sort of each 16-lane group, descending (seed:L409-L420; reference sort16_desc).
+// Bitonic sort of each 16-lane group, descending (sort16_desc (seed:L408-L420)).
 template <class Ctx>
 K4_BODY void sort16_desc(Ctx& c, Lanes a, Lanes tmp, int n) {
   for (int s = 0; s < 4; ++s) {
@@ -165,7 +165,8 @@ K4_BODY void sort16_desc(Ctx& c, Lanes a, Lanes tmp, int n) {
   }
 }
 
-// a := the top half of the descending 16-lists a and b_src[t ^ b_off] (seed:L397-L408).
+// a := the top half of the descending 16-lists a and b_src[t ^ b_off]
+// (merge16_best (seed:L395-L407)).
 template <class Ctx>
 K4_BODY void merge16_best(Ctx& c, Lanes a, Lanes b_src, int b_off, Lanes tmp, int n) {
   gather(c, tmp, b_src, b_off, n);
@@ -182,7 +183,8 @@ K4_BODY void merge16_best(Ctx& c, Lanes a, Lanes b_src, int b_off, Lanes tmp, in
   }
 }
 
-// Exact top 16 of each wave's 128 pairs (h0, h1 lanes) into h0's lanes 0..15 (seed:L421-L435).
+// Exact top 16 of each wave's 128 pairs (h0, h1 lanes) into h0's lanes 0..15
+// (wave_best (seed:L421-L435)).
 template <class Ctx>
 K4_BODY void wave_best(Ctx& c, Lanes h0, Lanes h1, Lanes tmp, int n) {
   sort16_desc(c, h0, tmp, n);
@@ -195,7 +197,7 @@ K4_BODY void wave_best(Ctx& c, Lanes h0, Lanes h1, Lanes tmp, int n) {
 }
 
 // Eight sorted 16-rows of (cand_k, cand_b) -> the exact top 16 in lanes 0..15 of a (64 lanes;
-// seed:L436-L457). b, tmp: 64-lane scratch.
+// rank_cands (seed:L436-L452)). b, tmp: 64-lane scratch.
 template <class Ctx>
 K4_BODY void rank_cands(Ctx& c, Lanes a, Lanes b, Lanes tmp, const int32_t* cand_k, const int32_t* cand_b) {
   c.each(kNetLanes, [&](int lane) {
@@ -279,7 +281,7 @@ struct LongFinalBody {
     });
     rank_cands(c, top, b, tmp, cand_k, cand_b);
     const int n_blk = row.n_blk, n_sel = n_blk < T ? n_blk : T, tail = n_blk - 1;
-    // the tail block is a local one: its key is forced (seed:L619)
+    // the tail block is a local one: its key is forced (kt (seed:L611))
     const int32_t kt = index_key(cfg, tail, 0.0f, n_blk);
     c.one([&] {
       bool tail_sel = false;

@@ -1,5 +1,5 @@
 // merge.cu -- stage 2, merge: LSE merge of the partitions and the per-token FP8 quant; the twin
-// of reference/stages/merge.cpp (seed merge_token, L883-L944).
+// of reference/stages/merge.cpp (merge_token (seed:L882-L943)).
 //
 // Contract (reference/stages/merge.hpp), per token and head:
 //   gm = max_i m_i (in order); sl_i = l_i * exp2((m_i - gm) * log2e); gs = sum in order, 1
@@ -33,13 +33,13 @@ struct MergeBody {
     const float* lv = a.l + tk * NS * H;
     c.each(cfg.threads, [&](int tid) {
       const int e0 = tid * per, h = e0 / D;
-      float gm = mv[h];  // seed:L913-L915
+      float gm = mv[h];  // gm (seed:L914-L916)
       for (int i = 1; i < NS; ++i) gm = fmax_ieee(gm, mv[i * H + h]);
       float sl[kMaxSplit];
       for (int i = 0; i < NS; ++i) sl[i] = lv[i * H + h] * exp2_approx((mv[i * H + h] - gm) * kLog2e);
       float gs = sl[0];
       for (int i = 1; i < NS; ++i) gs = gs + sl[i];
-      gs = gs > 0.0f ? gs : 1.0f;  // seed:L921
+      gs = gs > 0.0f ? gs : 1.0f;  // gs (seed:L921)
       float amax = 0.0f;
       for (int j = 0; j < per; ++j) {
         float acc = 0.0f;
@@ -47,7 +47,7 @@ struct MergeBody {
           const float wi = sl[i] / gs;
           acc = acc + wi * bf16_to_f32(a.o[(tk * NS + i) * OK + e0 + j]);
         }
-        av[e0 + j] = bf16_round(acc);  // seed:L933
+        av[e0 + j] = bf16_round(acc);  // bf16_round (seed:L933)
         amax = j == 0 ? fabs_f32(av[e0]) : fmax_ieee(amax, fabs_f32(av[e0 + j]));
       }
       red[tid] = amax;

@@ -1,7 +1,7 @@
 // moe.cu -- stage 5, experts: top-4 routing, up/gate + swiglu, mid MXFP8, down (narrow and
-// wide), bf16 partial rows pushed to the peers; the twin of reference/stages/moe.cpp (seed
-// route_top4 L1494-L1536, ug_compute L1695-L1744, wug_* L1870-L1990, moe_down L2362-L2478,
-// wide_down L2195-L2322).
+// wide), bf16 partial rows pushed to the peers; the twin of reference/stages/moe.cpp
+// (route_top4 (seed:L1176-L1209), ug_compute (seed:L1551-L1594), wug_load (seed:L1844-L1981),
+// moe_down (seed:L2446-L2570), wide_down (seed:L2174-L2324)).
 //
 // Contract (reference/stages/moe.hpp):
 //   route_top4: 4 rounds of an integer max over the route keys (lane L: experts L, L + 64);

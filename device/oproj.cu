@@ -1,6 +1,6 @@
 // oproj.cu -- stage 3, o_proj: FP8 x FP8 GEMV with row scales and bf16 partial rows, pushed to
-// the peers' exchange buffers; the twin of reference/stages/oproj.cpp (seed stage_o,
-// L946-L1160). The rank-ordered sum is allreduce.cu's.
+// the peers' exchange buffers; the twin of reference/stages/oproj.cpp
+// (stage_o (seed:L968-L1162)). The rank-ordered sum is allreduce.cu's.
 //
 // Contract (reference/stages/oproj.hpp), per row r and token k:
 //   4 k-quarters of O_K / 4 (the seed's waves w % 4), each a chain c = 0; c = c + block_dot
@@ -67,7 +67,7 @@ struct OprojBody {
     });
     c.each(S * kRows, [&](int i) {
       const int rr = i % kRows, k = i / kRows, row = task * kRows + rr;
-      float tot = 0.0f;  // seed:L1073-L1080: the 4 waves of the row group, from 0
+      float tot = 0.0f;  // grp (seed:L1073-L1080): the 4 waves of the row group, from 0
       for (int q = 0; q < kQuarters; ++q) tot = tot + part[(size_t(k) * kRows + rr) * kQuarters + q];
       uint16_t p = bf16_bits_rne((tot * a.x_scale[size_t(r) * S + k]) * a.s_o[size_t(r) * HID + row]);
       if (kPlantStage == 3 && r == 0 && k == 0 && row == 0) p ^= 1;

@@ -1,5 +1,5 @@
 // router.cu -- stage 4, router: residual add, Gemma RMSNorm, MXFP8 xn, gate logits, sigmoid,
-// route keys; the twin of reference/stages/router.cpp (seed stage_router, L1307-L1480).
+// route keys; the twin of reference/stages/router.cpp (stage_router (seed:L1309-L1482)).
 //
 // Contract (reference/stages/router.hpp), per token:
 //   v = f32(a) + f32(h_in); thread t = 64 w + L of the seed: ssw = fma(v, v, ssw) over its
@@ -58,7 +58,7 @@ struct NormBody {
       a.xn[tk * HID + i] = x;
       v[i] = bf16_to_f32(x);  // each item reads and writes its own element only
     });
-    c.each(HID / kBlockK, [&](int b) {  // MXFP8 xn (seed:L1427-L1447)
+    c.each(HID / kBlockK, [&](int b) {  // MXFP8 xn (XN_SLICE (seed:L1419-L1442))
       uint8_t q[kBlockK];
       const uint8_t e = mx8_quantize_block(v + b * kBlockK, q);
       if (kPlantStage == 4 && r == 0 && k == 0 && b == 0) q[0] ^= 1;
@@ -98,7 +98,7 @@ struct LogitBody {
     c.each(per_task, [&](int w) {
       const int e = task * per_task + w;
       const float logit = wave_sum(lanes + w * kWaveLanes);
-      const float sc = rcp_approx(1.0f + exp2_approx(-bf16_round(logit) * kLog2e));  // seed:L1469
+      const float sc = rcp_approx(1.0f + exp2_approx(-bf16_round(logit) * kLog2e));  // hw_rcp (seed:L1465)
       a.logit[tk * E + e] = canon_nan(logit);
       a.sig[tk * E + e] = canon_nan(sc);
       a.key[tk * E + e] = route_key(sc + a.bias[size_t(r) * E + e], e);

@@ -1,5 +1,5 @@
 // split.cu -- stage 1, split: FP8 attention over one partition of the selected keys; the twin
-// of reference/stages/split.cpp (seed stage_split, L645-L880).
+// of reference/stages/split.cpp (stage_split (seed:L645-L880)).
 //
 // Contract (reference/stages/split.hpp), per token, partition t (keys t*256 .. +256 of the
 // sparse context), head h:
@@ -91,7 +91,7 @@ struct SplitBody {
     const float* vsc = a.v_scale + size_t(r) * a.scale_slice;
     const uint16_t* q = a.q + (size_t(r) * S + tok) * OK;
 
-    // q -> E4M3, no clamp (seed:L743); the partition's 16 pages (slots 2t, 2t + 1)
+    // q -> E4M3, no clamp (fp8_pack4 (seed:L743)); the partition's 16 pages (slots 2t, 2t + 1)
     c.each(OK, [&](int i) {
       const uint8_t b = e4m3_bits(bf16_to_f32(q[i]), Fp8Overflow::NoSaturate);
       m.q8[i] = b;
@@ -115,7 +115,7 @@ struct SplitBody {
       m.qnan[i] = nan ? 1 : 0;
     });
 
-    // QK (seed:L752-L768): thread (key kp, heads 8 hg .. + 8)
+    // QK, sc (seed:L750-L765): thread (key kp, heads 8 hg .. + 8)
     c.each(2 * kSplitKeys, [&](int i) {
       const int kp = i % kSplitKeys, hg = i / kSplitKeys;
       const bool ok = valid(kp);
@@ -141,7 +141,7 @@ struct SplitBody {
       for (int h = 0; h < 8; ++h) m.sc[(hg * 8 + h) * kSplitKeys + kp] = ok ? qk * acc[h] : kNegScore;
     });
 
-    // maxima (seed:L769-L792): head max per wave (16-lane tree) and v_scale max per wave
+    // maxima, vloc (seed:L767-L792): head max per wave (16-lane tree) and v_scale max per wave
     // (64-lane tree), then the waves in order
     float* mh = m.ls;  // (16, 8) per-wave head maxima; ls is written only later
     c.each(kHeads * kWaves + kWaves, [&](int i) {
@@ -175,7 +175,7 @@ struct SplitBody {
       }
     });
 
-    // P (seed:L793-L822): item (head, wave, lane l16) -> its 2 keys' P8 and lane exp-sum
+    // P, pj (seed:L796-L822): item (head, wave, lane l16) -> its 2 keys' P8 and lane exp-sum
     float* lane_l = reinterpret_cast<float*>(m.q_int);  // q is done with
     const float fscale = m.misc[1], pscale = m.misc[2];
     c.each(kHeads * kWaves * 16, [&](int i) {
@@ -199,7 +199,7 @@ struct SplitBody {
       m.pnan[h * kWaves + w] = nan ? 1 : 0;
     });
 
-    // PV (seed:L824-L852) and the output (seed:L854-L879): thread (dim d, heads 4 hg .. + 4)
+    // PV, pw (seed:L824-L852), and the output, lsum (seed:L855-L877): thread (dim d, heads 4 hg .. + 4)
     const size_t ts = size_t(tok) * NS + t;
     c.each(kHeadDim * 4, [&](int i) {
       const int d = i % kHeadDim, hg = i / kHeadDim;

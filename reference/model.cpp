@@ -1,5 +1,5 @@
 // model.cpp -- K4's decode step: validate, then stages 0..5 of every rank with the two
-// all-reduces between them (seed build_post_attn_kernel, L1-L2600).
+// all-reduces between them (build_post_attn_kernel (seed:L1-L2572)).
 #include "reference/model.hpp"
 
 #include <map>

@@ -20,7 +20,7 @@ const std::vector<VariantSwitch>& variant_switches() {
        {"bf16", "f32"}, {true, false},
        [](const Variant& v) { return int(v.router_gate); },
        [](Variant& v, int i) { v.router_gate = RouterGate(i); }},
-      {"router.round_logit", "V1", "round the logit to bf16 before the sigmoid (seed:L1465)",
+      {"router.round_logit", "V1", "round the logit to bf16 before the sigmoid (bf16_round (seed:L1465))",
        {"true", "false"}, {true, false},
        [](const Variant& v) { return v.round_logit ? 0 : 1; },
        [](Variant& v, int i) { v.round_logit = i == 0; }},

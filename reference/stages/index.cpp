@@ -16,7 +16,7 @@ constexpr int32_t kKeyNone = INT32_MIN;  // seed KEY_NONE
 constexpr int kLanes = 64;
 constexpr int kCandBatch = 2;  // seed CAND_BATCH
 
-// ---- the seed's lane networks (seed:L393-L457), simulated lane by lane ---------------
+// ---- the seed's lane networks (choose_pair (seed:L388-L452)), simulated lane by lane -
 struct Lanes {
   int32_t key[kLanes];
   int32_t blk[kLanes];
@@ -28,10 +28,10 @@ Lanes xshfl(const Lanes& v, int off) {
   return r;
 }
 
-// (key, block) pair a orders before b: higher key, then higher block id (seed:L388).
+// (key, block) pair a orders before b: higher key, then higher block id (beats (seed:L385-L387)).
 bool beats(int32_t ah, int32_t al, int32_t bh, int32_t bl) { return ah > bh || (ah == bh && al > bl); }
 
-// Top half of two descending 16-lists, b given reversed (seed:L397-L408).
+// Top half of two descending 16-lists, b given reversed (merge16_best (seed:L395-L407)).
 Lanes merge16_best(const Lanes& a, const Lanes& b) {
   Lanes cur;
   for (int i = 0; i < kLanes; ++i) {
@@ -50,7 +50,7 @@ Lanes merge16_best(const Lanes& a, const Lanes& b) {
   return cur;
 }
 
-// Bitonic sort of each 16-lane group, descending (seed:L409-L420).
+// Bitonic sort of each 16-lane group, descending (sort16_desc (seed:L408-L420)).
 Lanes sort16_desc(Lanes cur) {
   const int strides[4][4] = {{1}, {2, 1}, {4, 2, 1}, {8, 4, 2, 1}};
   const int sizes[4] = {2, 4, 8, 16};
@@ -64,7 +64,7 @@ Lanes sort16_desc(Lanes cur) {
         const bool low = (l16 & stride) == 0;
         const bool take_high = low ^ asc;
         const bool partner_high = beats(p.key[i], p.blk[i], cur.key[i], cur.blk[i]);
-        // choose_pair (seed:L389-L396): the partner when it is the one wanted
+        // choose_pair (seed:L388-L394): the partner when it is the one wanted
         if (partner_high == take_high) cur.key[i] = p.key[i], cur.blk[i] = p.blk[i];
       }
     }
@@ -72,7 +72,7 @@ Lanes sort16_desc(Lanes cur) {
   return cur;
 }
 
-// Exact top 16 of a wave's 128 (key, block) pairs, in lanes 0..15 (seed:L421-L435).
+// Exact top 16 of a wave's 128 (key, block) pairs, in lanes 0..15 (wave_best (seed:L421-L435)).
 Lanes wave_best(Lanes h0, Lanes h1) {
   h0 = sort16_desc(h0);
   h1 = sort16_desc(h1);
@@ -83,7 +83,8 @@ Lanes wave_best(Lanes h0, Lanes h1) {
   return merge16_best(h0, xshfl(h1, 15));
 }
 
-// Merge eight sorted 16-rows of cand (pairs, row-major) to the exact top 16 (seed:L436-L457).
+// Merge eight sorted 16-rows of cand (pairs, row-major) to the exact top 16
+// (rank_cands (seed:L436-L452)).
 Lanes rank_cands(const int32_t* cand_key, const int32_t* cand_blk) {
   Lanes a, b;
   for (int lane = 0; lane < kLanes; ++lane) {
@@ -98,7 +99,7 @@ Lanes rank_cands(const int32_t* cand_key, const int32_t* cand_blk) {
   return merge16_best(r, xshfl(r, 47));
 }
 
-// The ranked blocks' slots (seed place, L458-L482), for one row.
+// The ranked blocks' slots (place (seed:L453-L475)), for one row.
 struct Placed {
   int32_t table[16 * 8 + 1];
   int32_t blocks[16];
@@ -129,10 +130,10 @@ void place(Placed& out, const Config& cfg, const int32_t* key, const int32_t* bb
 
 const float* score_row(const StepShared& in, int k) { return in.index_scores.data() + size_t(k) * in.score_width; }
 
-// Short path (seed rank_blocks, L297-L366): thread b keys block b, rank = blocks beating it.
+// Short path (rank_blocks (seed:L322-L382)): thread b keys block b, rank = blocks beating it.
 void select_short(Placed& out, const Config& cfg, const StepShared& in, int k, const RowPlan& row) {
   const int n_blk = row.n_blk;
-  const bool scored = n_blk > cfg.topk_blocks;  // seed:L292 -- short contexts take id order
+  const bool scored = n_blk > cfg.topk_blocks;  // scored (seed:L302) -- short contexts take id order
   std::vector<int32_t> key(n_blk), bb(n_blk), rank(n_blk, 0);
   const float* sc = score_row(in, k);
   for (int b = 0; b < n_blk; ++b) {
@@ -151,7 +152,7 @@ void select_short(Placed& out, const Config& cfg, const StepShared& in, int k, c
 }  // namespace
 
 int32_t index_key(const Config& cfg, int b, float score, int n_blk) {
-  return index_key_bits(b, score, n_blk, cfg.init_blocks, cfg.local_blocks);  // seed:L309-L318
+  return index_key_bits(b, score, n_blk, cfg.init_blocks, cfg.local_blocks);  // index_key (seed:L312-L321)
 }
 
 std::vector<RowPlan> plan_rows(const Config& cfg, const StepShared& in) {
@@ -220,7 +221,7 @@ void select_blocks(IndexOut& out, const StepShared& in, const Config& cfg) {
       bool live[16];
       select_long_candidates(key, blk, cfg, score_row(in, k), rows[k].n_blk);
       for (int i = 0; i < 16; ++i) rank[i] = i, live[i] = blk[i] >= 0;
-      // the tail block is a local one: its key is forced (seed:L619)
+      // the tail block is a local one: its key is forced (kt (seed:L611))
       const int32_t kt = index_key(cfg, rows[k].n_blk - 1, 0.0f, rows[k].n_blk);
       place(p, cfg, key, blk, rank, live, 16, kt, rows[k].n_blk, rows[k].ctx,
             in.block_table.data() + size_t(k) * in.bt_width);

@@ -1,4 +1,4 @@
-// Stage 0, index: sparse block selection (seed lines 286-640: step_rows, index_key,
+// Stage 0, index: sparse block selection (index (seed:L289-L640): step_rows, index_key,
 // rank_blocks, place, select_blocks, select_long, wave_best, rank_cands).
 //
 // Per token row k, with ctx = max(seq_len, 1) and n_blk = ceil(ctx / 128):

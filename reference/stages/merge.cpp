@@ -1,5 +1,5 @@
-// Stage 2, merge: LSE merge of the partitions and the per-token FP8 quant (seed merge_token,
-// L883-L944). Contract in merge.hpp.
+// Stage 2, merge: LSE merge of the partitions and the per-token FP8 quant
+// (merge_token (seed:L882-L943)). Contract in merge.hpp.
 #include "reference/stages/merge.hpp"
 
 #include "reference/numerics/bf16.hpp"
@@ -19,20 +19,20 @@ void merge_partitions(MergeOut& out, const SplitOut& sp, int tokens, const Confi
     for (int h = 0; h < H; ++h) {
       const float* m = sp.m.data() + size_t(k) * NS * H;
       const float* l = sp.l.data() + size_t(k) * NS * H;
-      float gm = m[h];  // seed:L913-L915
+      float gm = m[h];  // gm (seed:L914-L916)
       for (int i = 1; i < NS; ++i) gm = fmax_ieee(gm, m[i * H + h]);
       std::vector<float> sl(NS);
       for (int i = 0; i < NS; ++i) sl[i] = l[i * H + h] * exp2_approx((m[i * H + h] - gm) * kLog2e);
       float gs = sl[0];
       for (int i = 1; i < NS; ++i) gs = gs + sl[i];
-      gs = gs > 0.0f ? gs : 1.0f;  // seed:L921
+      gs = gs > 0.0f ? gs : 1.0f;  // gs (seed:L921)
       for (int d = 0; d < D; ++d) {
         float av = 0.0f;
         for (int i = 0; i < NS; ++i) {
           const float wi = sl[i] / gs;
           av = av + wi * bf16_to_f32(sp.o[(size_t(k) * NS + i) * OK + h * D + d]);
         }
-        a[h * D + d] = bf16_round(av);  // seed:L933
+        a[h * D + d] = bf16_round(av);  // bf16_round (seed:L933)
       }
     }
     // block_max over the token's O_K values (max is order-free with canonical NaN)

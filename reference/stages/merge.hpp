@@ -1,4 +1,5 @@
-// Stage 2, merge: LSE merge of the partitions and the per-token FP8 quant (seed 883-944).
+// Stage 2, merge: LSE merge of the partitions and the per-token FP8 quant
+// (merge_token (seed:L882-L943)).
 //   gm = max_i m_i (in order); sl_i = l_i * exp2((m_i - gm) * log2e); gs = sum in order,
 //   1 where <= 0 (or NaN); a = bf16(sum_i (sl_i / gs) * o_i) (in order, from 0);
 //   amax = max |a| over the token's O_K; x_scale = amax * f32(1/448);

@@ -1,6 +1,7 @@
-// Stage 5, experts: top-4 routing (seed route_top4, L1494-L1536), up/gate + swiglu (seed
-// ug_compute L1695-L1744, wug_* L1870-L1990), mid MXFP8 (seed L2395-L2420, wug_publish),
-// down narrow (seed moe_down L2362-L2478) and wide (seed wide_down L2195-L2322).
+// Stage 5, experts: top-4 routing (route_top4 (seed:L1176-L1209)), up/gate + swiglu
+// (ug_compute (seed:L1551-L1594), wide: wug_load (seed:L1844-L1981)), mid MXFP8 (narrow:
+// stage_mids (seed:L2449-L2495), wide: wug_publish (seed:L1944-L1981)), down narrow
+// (moe_down (seed:L2446-L2570)) and wide (wide_down (seed:L2174-L2324)).
 // Contract in moe.hpp.
 #include "reference/stages/moe.hpp"
 
@@ -127,7 +128,8 @@ void experts_up_gate(MoeOut& out, const RouteOut& route, const RouterOut& r, con
       }
     }
   }
-  // mid -> MXFP8 per 32-block of a slot (narrow: seed L2395-L2420; wide: wug_publish)
+  // mid -> MXFP8 per 32-block of a slot (narrow: stage_mids (seed:L2449-L2495); wide:
+  // wug_publish (seed:L1944-L1981))
   for (size_t b = 0; b < out.midsc.size(); ++b) {
     float f[kBlockK];
     for (int i = 0; i < kBlockK; ++i) f[i] = bf16_to_f32(out.mid[b * kBlockK + i]);

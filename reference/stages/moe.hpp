@@ -1,5 +1,5 @@
 // Stage 5, experts: top-4 routing, up/gate (MXFP4 x MXFP8), swiglu, mid MXFP8, down,
-// shared expert, bf16 partial rows, rank-ordered sum (seed 1481-2530).
+// shared expert, bf16 partial rows, rank-ordered sum (experts (seed:L1483-L2570)).
 //   route_top4: 4 rounds of an integer max over the 128 route keys; weights
 //     sig[pick] * (route_scale / max((w0 + w1) + (w2 + w3), 1e-20)); slot 4: the shared
 //     expert (id n_routed) with shared_weight.

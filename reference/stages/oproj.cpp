@@ -1,4 +1,4 @@
-// Stage 3, o_proj: FP8 GEMV with row scales, bf16 partial rows (seed stage_o, L946-L1160),
+// Stage 3, o_proj: FP8 GEMV with row scales, bf16 partial rows (stage_o (seed:L968-L1162)),
 // the rank-ordered all-reduce and h_mid. Contract in oproj.hpp.
 #include "reference/stages/oproj.hpp"
 
@@ -38,7 +38,7 @@ void o_proj_partials(OprojOut& out, const MergeOut& mg, const RankWeights& w, in
         float c = 0.0f;  // the wave's MFMA chain: 16x16x128 unit-scale, blocks in k order
         for (int b = q * quarter_blocks; b < (q + 1) * quarter_blocks; ++b)
           c = c + block_dot_i64(&wr[b * kBlockK], xk + b * kBlockK, wnan[b] | nk[b]);
-        tot = tot + c;  // seed:L1073-L1080: the 4 waves of the row group, from 0
+        tot = tot + c;  // grp (seed:L1073-L1080): the 4 waves of the row group, from 0
       }
       out.partial[size_t(k) * HID + r] = bf16_bits_rne((tot * mg.x_scale[k]) * w.s_o[r]);
     }

@@ -1,5 +1,5 @@
 // Stage 3, o_proj: FP8 x FP8 GEMV with row scales, bf16 partial rows, the rank-ordered
-// all-reduce and h_mid (seed 946-1160).
+// all-reduce and h_mid (stage_o (seed:L968-L1162)).
 //   per row r, token k: 4 k-quarters of 512 (waves w % 4), each 16 blocks of 32 in order
 //   (mma_fp8_k128_unit chained from 0); tot = 0 + q0 + q1 + q2 + q3;
 //   partial = bf16((tot * x_scale[k]) * s_o[r]).

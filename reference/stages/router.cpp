@@ -1,5 +1,5 @@
 // Stage 4, router: residual add, Gemma RMSNorm, MXFP8 xn, gate logits, sigmoid and route
-// keys (seed stage_router, L1307-L1480). Contract in router.hpp.
+// keys (stage_router (seed:L1309-L1482)). Contract in router.hpp.
 #include "reference/stages/router.hpp"
 
 #include "reference/numerics/bf16.hpp"
@@ -11,7 +11,7 @@ namespace k4 {
 
 namespace {
 
-// RMSNorm of one token (seed:L1395-L1425) -> xn (bf16 bits), rstd.
+// RMSNorm of one token (ssw (seed:L1397-L1416)) -> xn (bf16 bits), rstd.
 float rms_norm(uint16_t* xn, const float* v, const RankWeights& w, const Config& cfg) {
   const int threads = cfg.threads(), re = cfg.hidden / threads;
   float ss = 0.0f;
@@ -31,7 +31,8 @@ float rms_norm(uint16_t* xn, const float* v, const RankWeights& w, const Config&
   return rstd;
 }
 
-// Gate logit of expert e (seed:L1448-L1466): 4 fdot2 chains a lane, then wave_sum.
+// Gate logit of expert e (gw (seed:L1337-L1347), accs (seed:L1446-L1461)): 4 fdot2 chains a
+// lane, then wave_sum.
 float gate_logit(const uint16_t* gate_row, const uint16_t* xn, const Config& cfg) {
   float lanes[kWaveLanes];
   for (int lane = 0; lane < kWaveLanes; ++lane) {
@@ -65,7 +66,7 @@ void route_scores(RouterOut& out, const std::vector<uint16_t>& a, const std::vec
     for (int i = 0; i < HID; ++i) v[i] = bf16_to_f32(a[size_t(k) * HID + i]) + bf16_to_f32(h_in[size_t(k) * HID + i]);
     uint16_t* xn = out.xn.data() + size_t(k) * HID;
     out.rstd[k] = canon_nan(rms_norm(xn, v.data(), w, cfg));
-    for (int b = 0; b < HID / 32; ++b) {  // MXFP8 xn (seed:L1427-L1447)
+    for (int b = 0; b < HID / 32; ++b) {  // MXFP8 xn (XN_SLICE (seed:L1419-L1442))
       float f[32];
       for (int i = 0; i < 32; ++i) f[i] = bf16_to_f32(xn[b * 32 + i]);
       out.xsc[size_t(k) * HID / 32 + b] = mx8_quantize_block(f, out.xn8.data() + size_t(k) * HID + b * 32);
@@ -75,7 +76,7 @@ void route_scores(RouterOut& out, const std::vector<uint16_t>& a, const std::vec
   for (int k = 0; k < tokens; ++k)
     for (int e = 0; e < E; ++e) {
       const float logit = gate_logit(w.w_gate.data() + size_t(e) * HID, out.xn.data() + size_t(k) * HID, cfg);
-      const float sc = rcp_approx(1.0f + exp2_approx(-bf16_round(logit) * kLog2e));  // seed:L1469
+      const float sc = rcp_approx(1.0f + exp2_approx(-bf16_round(logit) * kLog2e));  // hw_rcp (seed:L1465)
       out.logit[size_t(k) * E + e] = canon_nan(logit);
       out.sig[size_t(k) * E + e] = canon_nan(sc);
       out.key[size_t(k) * E + e] = route_key(sc + w.bias[e], e);

@@ -1,5 +1,5 @@
 // Stage 4, router: residual add, Gemma RMSNorm, MXFP8 xn, gate logits, sigmoid, route keys
-// (seed 1307-1480).
+// (stage_router (seed:L1309-L1482)).
 //   v = f32(a) + f32(h_in); ss: per thread fma(v, v, ssw) over its HIDDEN/512 elements,
 //   wave_sum, waves in order; rstd = rsq(ss / f32(HIDDEN) + eps);
 //   xn = bf16((v * rstd) * (f32(g) + 1)); MXFP8 per 32-block (mx.hpp).

@@ -1,5 +1,5 @@
 // Stage 1, split: FP8 attention over one partition of the selected keys. Contract in
-// split.hpp; the seed's stage_split is seed:L645-L880.
+// split.hpp; the seed's stage_split (seed:L645-L880).
 #include "reference/stages/split.hpp"
 
 #include <array>
@@ -41,7 +41,7 @@ void split_task(SplitOut& out, const StepRank& rk, const int32_t* table, int n_c
   auto vscale = [&](int kp) { return cfg.one_kv_scale() ? rk.v_scale[0] : rk.v_scale[size_t(page_of(kp)) * kPage + kp % kPage]; };
   const size_t page_bytes = size_t(kPage) * kHeadDim;
 
-  // QK (seed:L752-L768): c = 0; c = c + block(s) for the 4 dim chunks; s = (sm * ks) * c.
+  // QK, sc (seed:L750-L765): c = 0; c = c + block(s) for the 4 dim chunks; s = (sm * ks) * c.
   static thread_local float sc[kHeads][kSplitKeys];
   Fp8Vec qh[kHeads];
   for (int h = 0; h < kHeads; ++h) qh[h].load(q8 + h * kHeadDim, kHeadDim);
@@ -61,7 +61,7 @@ void split_task(SplitOut& out, const StepRank& rk, const int32_t* table, int n_c
     }
   }
   // Head max: per wave max(sc[j=0], sc[j=1]) per lane, 16-lane butterfly; waves in order
-  // (seed:L769-L790). v_scale max over valid keys (0 for invalid), per wave then in order.
+  // (vloc (seed:L767-L790)). v_scale max over valid keys (0 for invalid), per wave then in order.
   float mx[kHeads], vmax = 0.0f;
   for (int w = 0; w < kWaves; ++w) {
     float vloc[kWaveLanes];
@@ -78,9 +78,9 @@ void split_task(SplitOut& out, const StepRank& rk, const int32_t* table, int n_c
       mx[h] = w == 0 ? mh : fmax_ieee(mx[h], mh);
     }
   }
-  const float fscale = kFp8Max * rcp_approx(vmax + 1e-8f);  // seed:L791
-  const float pscale = vmax * kInvFp8Max;                    // seed:L792
-  // P (seed:L793-L822): p = exp2((s - m) * log2e); P8 = E4M3((vs * fscale) * p); l per wave.
+  const float fscale = kFp8Max * rcp_approx(vmax + 1e-8f);  // fscale (seed:L791)
+  const float pscale = vmax * kInvFp8Max;                    // pscale (seed:L792)
+  // P, pj (seed:L796-L822): p = exp2((s - m) * log2e); P8 = E4M3((vs * fscale) * p); l per wave.
   static thread_local uint8_t p8[kHeads][kSplitKeys];
   float ls[kWaves][kHeads];
   for (int h = 0; h < kHeads; ++h) {
@@ -99,7 +99,7 @@ void split_task(SplitOut& out, const StepRank& rk, const int32_t* table, int n_c
       ls[w][h] = group_reduce(lane_l, 16, AddF32{});
     }
   }
-  // PV per wave (seed:L824-L852): V bytes past n_ctx masked to 0; acc from 0.
+  // PV per wave, pw (seed:L824-L852): V bytes past n_ctx masked to 0; acc from 0.
   static thread_local float opart[kWaves][kHeads][kHeadDim];
   for (int w = 0; w < kWaves; ++w) {
     uint8_t vcol[kHeadDim][kWaveKeys];
@@ -117,7 +117,7 @@ void split_task(SplitOut& out, const StepRank& rk, const int32_t* table, int n_c
       for (int d = 0; d < kHeadDim; ++d) opart[w][h][d] = 0.0f + block_dot_i64(ph.v, vd[d].v, ph.nan[0] | vd[d].nan[0]);
     }
   }
-  // Wave partials summed in wave order; o = bf16((pscale * acc) * (1 / l)) (seed:L854-L879).
+  // Wave partials summed in wave order; o = bf16((pscale * acc) * (1 / l)) (lsum (seed:L855-L877)).
   const size_t ts = size_t(tok) * cfg.n_split + t;
   for (int h = 0; h < kHeads; ++h) {
     float lsum = ls[0][h];
@@ -141,7 +141,7 @@ void split_attention(SplitOut& out, const StepShared& sh, const StepRank& rk, co
   out.o.assign(size_t(S) * NS * OK, 0);
   out.m.assign(size_t(S) * NS * kHeads, 0.0f);
   out.l.assign(size_t(S) * NS * kHeads, 0.0f);
-  // q -> E4M3, no clamp (seed:L743 fp8_pack4)
+  // q -> E4M3, no clamp (fp8_pack4 (seed:L743))
   for (size_t i = 0; i < out.q8.size(); ++i) out.q8[i] = e4m3_bits(bf16_to_f32(rk.q[i]), Fp8Overflow::NoSaturate);
 #pragma omp parallel for schedule(dynamic)
   for (int task = 0; task < S * NS; ++task) {

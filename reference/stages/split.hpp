@@ -1,4 +1,4 @@
-// Stage 1, split: split FP8 attention over the selected blocks (seed lines 645-880).
+// Stage 1, split: split FP8 attention over the selected blocks (stage_split (seed:L645-L880)).
 //
 // Per token and partition t (keys t*256 .. +256 of the sparse context), per head h:
 //   q8   = E4M3(q) (NoSaturate); K, V E4M3 from the pages of the sparse table

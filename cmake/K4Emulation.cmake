@@ -37,7 +37,7 @@ function(k4_emulation_variant name)
   endif()
   add_library(${arg_KERNELS} STATIC ${K4_DEVICE_SOURCES})
   target_compile_definitions(${arg_KERNELS} PRIVATE K4_HOST_EMULATION ${arg_DEFINES})
-  target_link_libraries(${arg_KERNELS} PUBLIC k4_reference)
+  target_link_libraries(${arg_KERNELS} PUBLIC k4_reference k4_golden)  # runner.cu: the schema table
   add_executable(${name} $<TARGET_OBJECTS:k4_emu_suite>)
   target_link_libraries(${name} PRIVATE ${arg_KERNELS} k4_emu_suite)
 endfunction()

@@ -12,9 +12,12 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 #include "device/stages.hpp"
+#include "golden/format/tensors.hpp"
 
 namespace k4::gpu {
 namespace {
@@ -275,50 +278,56 @@ struct Runner::Impl {
     sync();
   }
 
+  // The device buffer that holds a stage output, every rank's (W, per-rank) slices; its
+  // result field and its per-rank size are the schema table's (golden/format/tensors.hpp).
+  using OutputBuffer = std::variant<DeviceBuffer<uint8_t> Impl::*, DeviceBuffer<uint16_t> Impl::*,
+                                    DeviceBuffer<int32_t> Impl::*, DeviceBuffer<float> Impl::*>;
+  static OutputBuffer output_buffer(const golden::TensorSpec& s) {
+    static const std::map<std::string, OutputBuffer> buffers = {
+        {"index/outputs/sparse_table", &Impl::table}, {"index/outputs/blocks", &Impl::blocks},
+        {"index/outputs/n_ctx", &Impl::n_ctx},         {"index/outputs/long_row", &Impl::long_row},
+        {"split/outputs/q8", &Impl::q8},               {"split/outputs/o", &Impl::o},
+        {"split/outputs/m", &Impl::m},                 {"split/outputs/l", &Impl::l},
+        {"merge/outputs/attn", &Impl::attn},           {"merge/outputs/attn8", &Impl::attn8},
+        {"merge/outputs/x_scale", &Impl::x_scale},     {"oproj/outputs/partial", &Impl::partial},
+        {"oproj/outputs/a", &Impl::a},                 {"oproj/outputs/h_mid", &Impl::h_mid},
+        {"router/outputs/xn", &Impl::xn},              {"router/outputs/xn8", &Impl::xn8},
+        {"router/outputs/xsc", &Impl::xsc},            {"router/outputs/rstd", &Impl::rstd},
+        {"router/outputs/logit", &Impl::logit},        {"router/outputs/sig", &Impl::sig},
+        {"router/outputs/key", &Impl::key},            {"moe/outputs/route_ids", &Impl::ids},
+        {"moe/outputs/route_weights", &Impl::weights}, {"moe/outputs/gate", &Impl::gate},
+        {"moe/outputs/up", &Impl::up},                 {"moe/outputs/mid", &Impl::mid},
+        {"moe/outputs/mid8", &Impl::mid8},             {"moe/outputs/midsc", &Impl::midsc},
+        {"moe/outputs/partial", &Impl::ffn_partial},   {"moe/outputs/ar_out", &Impl::ar_out},
+    };
+    const auto it = buffers.find(std::string(s.group) + "/" + s.name);
+    if (it == buffers.end()) throw std::logic_error(std::string("runner: no device buffer for ") + s.group + "/" + s.name);
+    return it->second;
+  }
+
+  // Every stage output up to last_stage, rank r's slice of its buffer into its result field.
   StepResult result(int last_stage = 5) const {
-    const size_t OK = cfg.o_k(), H = cfg.hidden, NS = cfg.n_split, HD = cfg.heads, E = cfg.n_routed;
-    const size_t SL = cfg.moe_slots(), I = cfg.inter, TW = cfg.sparse_table_words(), T = cfg.topk_blocks;
+    golden::DimSizes dims;
+    dims.cfg = cfg;
+    dims.tokens = S;
     StepResult res;
     res.ranks.resize(W);
-    for (int r = 0; r < W; ++r) {
-      RankResult& R = res.ranks[r];
-      const size_t s0 = size_t(r) * S;
-      if (last_stage < 0) continue;
-      R.index.sparse_table = download(table, s0 * TW, S * TW);
-      R.index.blocks = download(blocks, s0 * T, S * T);
-      R.index.n_ctx = download(n_ctx, s0, S);
-      R.index.long_row = download(long_row, s0, S);
-      if (last_stage < 1) continue;
-      R.split.q8 = download(q8, s0 * OK, S * OK);
-      R.split.o = download(o, s0 * NS * OK, S * NS * OK);
-      R.split.m = download(m, s0 * NS * HD, S * NS * HD);
-      R.split.l = download(l, s0 * NS * HD, S * NS * HD);
-      if (last_stage < 2) continue;
-      R.merge.attn = download(attn, s0 * OK, S * OK);
-      R.merge.attn8 = download(attn8, s0 * OK, S * OK);
-      R.merge.x_scale = download(x_scale, s0, S);
-      if (last_stage < 3) continue;
-      R.oproj.partial = download(partial, s0 * H, S * H);
-      R.a = download(a, s0 * H, S * H);
-      R.h_mid = download(h_mid, s0 * H, S * H);
-      if (last_stage < 4) continue;
-      R.router.xn = download(xn, s0 * H, S * H);
-      R.router.xn8 = download(xn8, s0 * H, S * H);
-      R.router.xsc = download(xsc, s0 * H / 32, S * H / 32);
-      R.router.rstd = download(rstd, s0, S);
-      R.router.logit = download(logit, s0 * E, S * E);
-      R.router.sig = download(sig, s0 * E, S * E);
-      R.router.key = download(key, s0 * E, S * E);
-      if (last_stage < 5) continue;
-      R.route.ids = download(ids, s0 * SL, S * SL);
-      R.route.weights = download(weights, s0 * SL, S * SL);
-      R.moe.mid = download(mid, s0 * SL * I, S * SL * I);
-      R.moe.gate = download(gate, s0 * SL * I, S * SL * I);
-      R.moe.up = download(up, s0 * SL * I, S * SL * I);
-      R.moe.mid8 = download(mid8, s0 * SL * I, S * SL * I);
-      R.moe.midsc = download(midsc, s0 * SL * I / 32, S * SL * I / 32);
-      R.moe.partial = download(ffn_partial, s0 * H, S * H);
-      R.ar_out = download(ar_out, s0 * H, S * H);
+    for (const golden::TensorSpec& s : golden::tensor_specs()) {
+      if (!s.field || golden::stage_of(s) > last_stage) continue;
+      const size_t n = dims.count(s.dims);
+      for (int r = 0; r < W; ++r)
+        golden::with_field(s, res.ranks[r], [&](auto& v) {
+          std::visit(
+              [&](auto buffer) {
+                const auto& d = this->*buffer;
+                if constexpr (std::is_same_v<std::decay_t<decltype(v)>, decltype(download(d, 0))>)
+                  v = download(d, size_t(r) * n, n);
+                else
+                  throw std::logic_error(std::string("runner: the device buffer of ") + s.group + "/" + s.name +
+                                         " is not of its result field's type");
+              },
+              output_buffer(s));
+        });
     }
     return res;
   }

@@ -24,83 +24,33 @@ struct DumpWriter {
   }
 
   template <class T>
-  void put(const h5::Group& g, int r, const std::string& group, const std::string& name, const std::vector<T>& v) const {
+  void put(const h5::Group& g, int r, const TensorSpec& spec, const std::vector<T>& v) const {
+    const std::string group = spec.group, name = spec.name;
     if (omitted(r, group, name)) return;
-    const TensorSpec* spec = nullptr;
-    for (const TensorSpec& s : tensor_specs())
-      if (group == s.group && name == s.name) spec = &s;
-    if (!spec) throw std::logic_error("write_dump: no tensor " + group + "/" + name);
-    const std::vector<uint64_t> shape = dims.shape(spec->dims);
-    uint64_t n = 1;
-    for (uint64_t x : shape) n *= x;
+    const std::vector<uint64_t> shape = dims.shape(spec.dims);
+    const uint64_t n = dims.count(spec.dims);
     if (v.size() != n)
       throw std::invalid_argument("dump " + file.path() + ": rank " + std::to_string(r) + " " + group + "/" + name + " has " +
                                   std::to_string(v.size()) + " elements, expected " + std::to_string(n));
-    h5::Dataset d = g.create_dataset(name, stored_elem(spec->dtype), shape);
-    d.write_raw(v.data(), stored_elem(spec->dtype));
+    h5::Dataset d = g.create_dataset(name, stored_elem(spec.dtype), shape);
+    d.write_raw(v.data(), stored_elem(spec.dtype));
     count_written(v.size() * sizeof(T));  // K4_FAIL_AFTER_BYTES (golden/io/atomic_file.hpp)
-    d.set_attr("dtype", dtype_name(spec->dtype));
-    d.set_attr("dims", dims.dims_of(spec->dims));
-    d.set_attr("meaning", spec->meaning);
+    d.set_attr("dtype", dtype_name(spec.dtype));
+    d.set_attr("dims", dims.dims_of(spec.dims));
+    d.set_attr("meaning", spec.meaning);
   }
 };
 
 void write_dump_rank(const DumpWriter& W, const h5::Group& root, const RankResult& R, int r, const DumpSelection& sel) {
   h5::Group rg = root.create_group("rank" + std::to_string(r));
   rg.set_attr("rank", int64_t(r));
-  auto want = [&](const char* st) { return sel.stages.empty() || std::find(sel.stages.begin(), sel.stages.end(), st) != sel.stages.end(); };
-  auto outputs = [&](const char* st) {
+  for (const std::string& st : stage_names()) {
+    if (!sel.stages.empty() && std::find(sel.stages.begin(), sel.stages.end(), st) == sel.stages.end()) continue;
     h5::Group sg = rg.create_group(st);
     sg.create_group("inputs");
-    return sg.create_group("outputs");
-  };
-  if (want("index")) {
-    h5::Group o = outputs("index");
-    W.put(o, r, "index/outputs", "sparse_table", R.index.sparse_table);
-    W.put(o, r, "index/outputs", "blocks", R.index.blocks);
-    W.put(o, r, "index/outputs", "n_ctx", R.index.n_ctx);
-    W.put(o, r, "index/outputs", "long_row", R.index.long_row);
-  }
-  if (want("split")) {
-    h5::Group o = outputs("split");
-    W.put(o, r, "split/outputs", "q8", R.split.q8);
-    W.put(o, r, "split/outputs", "o", R.split.o);
-    W.put(o, r, "split/outputs", "m", R.split.m);
-    W.put(o, r, "split/outputs", "l", R.split.l);
-  }
-  if (want("merge")) {
-    h5::Group o = outputs("merge");
-    W.put(o, r, "merge/outputs", "attn", R.merge.attn);
-    W.put(o, r, "merge/outputs", "attn8", R.merge.attn8);
-    W.put(o, r, "merge/outputs", "x_scale", R.merge.x_scale);
-  }
-  if (want("oproj")) {
-    h5::Group o = outputs("oproj");
-    W.put(o, r, "oproj/outputs", "partial", R.oproj.partial);
-    W.put(o, r, "oproj/outputs", "a", R.a);
-    W.put(o, r, "oproj/outputs", "h_mid", R.h_mid);
-  }
-  if (want("router")) {
-    h5::Group o = outputs("router");
-    W.put(o, r, "router/outputs", "xn", R.router.xn);
-    W.put(o, r, "router/outputs", "xn8", R.router.xn8);
-    W.put(o, r, "router/outputs", "xsc", R.router.xsc);
-    W.put(o, r, "router/outputs", "rstd", R.router.rstd);
-    W.put(o, r, "router/outputs", "logit", R.router.logit);
-    W.put(o, r, "router/outputs", "sig", R.router.sig);
-    W.put(o, r, "router/outputs", "key", R.router.key);
-  }
-  if (want("moe")) {
-    h5::Group o = outputs("moe");
-    W.put(o, r, "moe/outputs", "route_ids", R.route.ids);
-    W.put(o, r, "moe/outputs", "route_weights", R.route.weights);
-    W.put(o, r, "moe/outputs", "gate", R.moe.gate);
-    W.put(o, r, "moe/outputs", "up", R.moe.up);
-    W.put(o, r, "moe/outputs", "mid", R.moe.mid);
-    W.put(o, r, "moe/outputs", "mid8", R.moe.mid8);
-    W.put(o, r, "moe/outputs", "midsc", R.moe.midsc);
-    W.put(o, r, "moe/outputs", "partial", R.moe.partial);
-    W.put(o, r, "moe/outputs", "ar_out", R.ar_out);
+    const h5::Group o = sg.create_group("outputs");
+    for (const TensorSpec* s : specs_of(st + "/outputs"))
+      with_field(*s, R, [&](const auto& v) { W.put(o, r, *s, v); });
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "golden/io/file_check.hpp"
 #include "golden/io/hdf5.hpp"
@@ -170,13 +171,22 @@ struct GoldenReader::Impl {
     return s;
   }
 
-  IndexOut index_out(int r) const {
-    IndexOut o;
-    o.sparse_table = get<int32_t>(r, "index/outputs", "sparse_table");
-    o.blocks = get<int32_t>(r, "index/outputs", "blocks");
-    o.n_ctx = get<int32_t>(r, "index/outputs", "n_ctx");
-    o.long_row = get<uint8_t>(r, "index/outputs", "long_row");
-    return o;
+  // The result fields a group holds (its outputs, or the inputs that link to another stage's
+  // outputs), each read from the group: the rest of the RankResult stays empty.
+  RankResult read_fields(int r, const std::string& group) const {
+    RankResult R;
+    for (const TensorSpec* s : specs_of(group))
+      if (const TensorSpec* t = result_spec(*s))
+        with_field(*t, R, [&](auto& v) { v = get<typename std::decay_t<decltype(v)>::value_type>(r, group, s->name); });
+    return R;
+  }
+  // Every stage's outputs.
+  RankResult outputs(int r) const {
+    RankResult R;
+    for (const TensorSpec& s : tensor_specs())
+      if (s.field)
+        with_field(s, R, [&](auto& v) { v = get<typename std::decay_t<decltype(v)>::value_type>(r, s.group, s.name); });
+    return R;
   }
 
   StepRank rank_inputs(int r) const {
@@ -229,48 +239,6 @@ struct GoldenReader::Impl {
     return R;
   }
 
-  SplitOut split_out(int r, const char* g) const {
-    SplitOut o;
-    o.q8 = get<uint8_t>(r, g, "q8");
-    o.o = get<uint16_t>(r, g, "o");
-    o.m = get<float>(r, g, "m");
-    o.l = get<float>(r, g, "l");
-    return o;
-  }
-  MergeOut merge_out(int r, const char* g) const {
-    MergeOut o;
-    o.attn = get<uint16_t>(r, g, "attn");
-    o.attn8 = get<uint8_t>(r, g, "attn8");
-    o.x_scale = get<float>(r, g, "x_scale");
-    return o;
-  }
-  RouterOut router_out(int r, const char* g) const {
-    RouterOut o;
-    o.xn = get<uint16_t>(r, g, "xn");
-    o.xn8 = get<uint8_t>(r, g, "xn8");
-    o.xsc = get<uint8_t>(r, g, "xsc");
-    o.rstd = get<float>(r, g, "rstd");
-    o.logit = get<float>(r, g, "logit");
-    o.sig = get<float>(r, g, "sig");
-    o.key = get<int32_t>(r, g, "key");
-    return o;
-  }
-  RouteOut route_out(int r) const {
-    RouteOut o;
-    o.ids = get<int32_t>(r, "moe/outputs", "route_ids");
-    o.weights = get<float>(r, "moe/outputs", "route_weights");
-    return o;
-  }
-  MoeOut moe_out(int r) const {
-    MoeOut o;
-    o.gate = get<float>(r, "moe/outputs", "gate");
-    o.up = get<float>(r, "moe/outputs", "up");
-    o.mid = get<uint16_t>(r, "moe/outputs", "mid");
-    o.mid8 = get<uint8_t>(r, "moe/outputs", "mid8");
-    o.midsc = get<uint8_t>(r, "moe/outputs", "midsc");
-    o.partial = get<uint16_t>(r, "moe/outputs", "partial");
-    return o;
-  }
   RankWeights rank_weights(int r) const {
     RankWeights w;
     w.w_o = get<uint8_t>(r, "oproj/inputs", "w_o");
@@ -348,7 +316,7 @@ std::string GoldenReader::root_attr(const std::string& name) const {
 
 IndexStage GoldenReader::index(int r) const {
   p_->check_rank(r);
-  return IndexStage{p_->shared(), p_->index_out(r)};
+  return IndexStage{p_->shared(), p_->read_fields(r, "index/outputs").index};
 }
 
 SplitStage GoldenReader::split(int r) const {
@@ -356,8 +324,8 @@ SplitStage GoldenReader::split(int r) const {
   SplitStage s;
   s.shared = p_->shared();
   s.rank = p_->rank_inputs(r);
-  s.index = p_->index_out(r);
-  s.out = p_->split_out(r, "split/outputs");
+  s.index = p_->read_fields(r, "index/outputs").index;
+  s.out = p_->read_fields(r, "split/outputs").split;
   return s;
 }
 
@@ -365,8 +333,8 @@ MergeStage GoldenReader::merge(int r) const {
   p_->check_rank(r);
   MergeStage s;
   s.tokens = p_->tokens;
-  s.in = p_->split_out(r, "merge/inputs");
-  s.out = p_->merge_out(r, "merge/outputs");
+  s.in = p_->read_fields(r, "merge/inputs").split;
+  s.out = p_->read_fields(r, "merge/outputs").merge;
   return s;
 }
 
@@ -374,14 +342,15 @@ OprojStage GoldenReader::oproj(int r) const {
   p_->check_rank(r);
   OprojStage s;
   s.tokens = p_->tokens;
-  s.in = p_->merge_out(r, "oproj/inputs");
+  s.in = p_->read_fields(r, "oproj/inputs").merge;
   s.w.w_o = p_->get<uint8_t>(r, "oproj/inputs", "w_o");
   s.w.s_o = p_->get<float>(r, "oproj/inputs", "s_o");
   s.h_in = p_->get<uint16_t>(r, "oproj/inputs", "h_in");
-  s.out.partial = p_->get<uint16_t>(r, "oproj/outputs", "partial");
+  RankResult o = p_->read_fields(r, "oproj/outputs");
+  s.out = std::move(o.oproj);
   for (int j = 0; j < p_->tp; ++j) s.rank_partials.push_back(p_->get<uint16_t>(j, "oproj/outputs", "partial"));
-  s.a = p_->get<uint16_t>(r, "oproj/outputs", "a");
-  s.h_mid = p_->get<uint16_t>(r, "oproj/outputs", "h_mid");
+  s.a = std::move(o.a);
+  s.h_mid = std::move(o.h_mid);
   return s;
 }
 
@@ -389,12 +358,12 @@ RouterStage GoldenReader::router(int r) const {
   p_->check_rank(r);
   RouterStage s;
   s.tokens = p_->tokens;
-  s.a = p_->get<uint16_t>(r, "router/inputs", "a");
+  s.a = p_->read_fields(r, "router/inputs").a;
   s.h_in = p_->get<uint16_t>(r, "router/inputs", "h_in");
   s.w.g_post = p_->get<uint16_t>(r, "router/inputs", "g_post");
   s.w.w_gate = p_->get<uint16_t>(r, "router/inputs", "w_gate");
   s.w.bias = p_->get<float>(r, "router/inputs", "bias");
-  s.out = p_->router_out(r, "router/outputs");
+  s.out = p_->read_fields(r, "router/outputs").router;
   return s;
 }
 
@@ -402,13 +371,14 @@ MoeStage GoldenReader::moe(int r) const {
   p_->check_rank(r);
   MoeStage s;
   s.tokens = p_->tokens;
-  s.in = p_->router_out(r, "moe/inputs");
+  s.in = p_->read_fields(r, "moe/inputs").router;
   s.expert_ids = p_->get<int32_t>(r, "moe/inputs", "expert_ids");
   s.experts = std::make_shared<StoredExpertSource>(p_);
-  s.route = p_->route_out(r);
-  s.out = p_->moe_out(r);
+  RankResult o = p_->read_fields(r, "moe/outputs");
+  s.route = std::move(o.route);
+  s.out = std::move(o.moe);
   for (int j = 0; j < p_->tp; ++j) s.rank_partials.push_back(p_->get<uint16_t>(j, "moe/outputs", "partial"));
-  s.ar_out = p_->get<uint16_t>(r, "moe/outputs", "ar_out");
+  s.ar_out = std::move(o.ar_out);
   return s;
 }
 
@@ -421,18 +391,7 @@ StepInputs GoldenReader::inputs() const {
 
 RankResult GoldenReader::rank_result(int r) const {
   p_->check_rank(r);
-  RankResult R;
-  R.index = p_->index_out(r);
-  R.split = p_->split_out(r, "split/outputs");
-  R.merge = p_->merge_out(r, "merge/outputs");
-  R.oproj.partial = p_->get<uint16_t>(r, "oproj/outputs", "partial");
-  R.a = p_->get<uint16_t>(r, "oproj/outputs", "a");
-  R.h_mid = p_->get<uint16_t>(r, "oproj/outputs", "h_mid");
-  R.router = p_->router_out(r, "router/outputs");
-  R.route = p_->route_out(r);
-  R.moe = p_->moe_out(r);
-  R.ar_out = p_->get<uint16_t>(r, "moe/outputs", "ar_out");
-  return R;
+  return p_->outputs(r);
 }
 
 StepResult GoldenReader::result() const {

@@ -1,4 +1,5 @@
-// schema.cpp -- the schema table, the dtypes, the named dimensions and the config's JSON form.
+// schema.cpp -- the schema table (tensors.hpp), the dtypes, the named dimensions and the
+// config's JSON form.
 #include "golden/format/schema.hpp"
 
 #include <nlohmann/json.hpp>
@@ -51,6 +52,9 @@ size_t dtype_bytes(DType d) {
   }
 }
 
+// A stage output's field of the model's RankResult (reference/model.hpp).
+#define F(member) [](RankResult& r) -> ResultVec { return &r.member; }
+
 // clang-format off
 // The one table. Order = write order (fixed: byte-identical files).
 const std::vector<TensorSpec>& tensor_specs() {
@@ -65,10 +69,10 @@ const std::vector<TensorSpec>& tensor_specs() {
     {"index/inputs", "seq_lens", D::I32, "token", "/inputs/seq_lens", "shared input"},
     {"index/inputs", "block_table", D::I32, "token,bt_block", "/inputs/block_table", "shared input"},
     {"index/inputs", "index_scores", D::F32, "token,score_block", "/inputs/index_scores", "shared input"},
-    {"index/outputs", "sparse_table", D::I32, "token,table_word", "", "page ids of slot s at s*8 + j; the last word n_ctx; unselected 0"},
-    {"index/outputs", "blocks", D::I32, "token,topk_slot", "", "block id in each slot, -1 where none"},
-    {"index/outputs", "n_ctx", D::I32, "token", "", "sparse context length (keys)"},
-    {"index/outputs", "long_row", D::U8, "token", "", "1 where the row took the split-candidate path"},
+    {"index/outputs", "sparse_table", D::I32, "token,table_word", "", "page ids of slot s at s*8 + j; the last word n_ctx; unselected 0", F(index.sparse_table)},
+    {"index/outputs", "blocks", D::I32, "token,topk_slot", "", "block id in each slot, -1 where none", F(index.blocks)},
+    {"index/outputs", "n_ctx", D::I32, "token", "", "sparse context length (keys)", F(index.n_ctx)},
+    {"index/outputs", "long_row", D::U8, "token", "", "1 where the row took the split-candidate path", F(index.long_row)},
     // stage 1: split
     {"split/inputs", "q", D::BF16, "token,dim", "", "this rank's q heads (16 x 128)"},
     {"split/inputs", "k_cache", D::E4M3, "page,page_byte", "", "K pages, K at byte (d/16)*256 + t*16 + d%16 (see page_ids)"},
@@ -81,18 +85,18 @@ const std::vector<TensorSpec>& tensor_specs() {
     {"split/inputs", "blocks", D::I32, "token,topk_slot", "@index/outputs/blocks", "stage 0 output"},
     {"split/inputs", "n_ctx", D::I32, "token", "@index/outputs/n_ctx", "stage 0 output"},
     {"split/inputs", "long_row", D::U8, "token", "@index/outputs/long_row", "stage 0 output"},
-    {"split/outputs", "q8", D::E4M3, "token,dim", "", "E4M3(q), NoSaturate"},
-    {"split/outputs", "o", D::BF16, "token,split,dim", "", "partition outputs"},
-    {"split/outputs", "m", D::F32, "token,split,head", "", "partition score max"},
-    {"split/outputs", "l", D::F32, "token,split,head", "", "partition exp-sum"},
+    {"split/outputs", "q8", D::E4M3, "token,dim", "", "E4M3(q), NoSaturate", F(split.q8)},
+    {"split/outputs", "o", D::BF16, "token,split,dim", "", "partition outputs", F(split.o)},
+    {"split/outputs", "m", D::F32, "token,split,head", "", "partition score max", F(split.m)},
+    {"split/outputs", "l", D::F32, "token,split,head", "", "partition exp-sum", F(split.l)},
     // stage 2: merge
     {"merge/inputs", "q8", D::E4M3, "token,dim", "@split/outputs/q8", "stage 1 output"},
     {"merge/inputs", "o", D::BF16, "token,split,dim", "@split/outputs/o", "stage 1 output"},
     {"merge/inputs", "m", D::F32, "token,split,head", "@split/outputs/m", "stage 1 output"},
     {"merge/inputs", "l", D::F32, "token,split,head", "@split/outputs/l", "stage 1 output"},
-    {"merge/outputs", "attn", D::BF16, "token,dim", "", "LSE-merged attention (before the quant)"},
-    {"merge/outputs", "attn8", D::E4M3, "token,dim", "", "E4M3(attn * rcp(x_scale)), NoSaturate"},
-    {"merge/outputs", "x_scale", D::F32, "token", "", "per-token scale amax * f32(1/448)"},
+    {"merge/outputs", "attn", D::BF16, "token,dim", "", "LSE-merged attention (before the quant)", F(merge.attn)},
+    {"merge/outputs", "attn8", D::E4M3, "token,dim", "", "E4M3(attn * rcp(x_scale)), NoSaturate", F(merge.attn8)},
+    {"merge/outputs", "x_scale", D::F32, "token", "", "per-token scale amax * f32(1/448)", F(merge.x_scale)},
     // stage 3: o_proj and the first all-reduce
     {"oproj/inputs", "attn", D::BF16, "token,dim", "@merge/outputs/attn", "stage 2 output"},
     {"oproj/inputs", "attn8", D::E4M3, "token,dim", "@merge/outputs/attn8", "stage 2 output"},
@@ -100,22 +104,22 @@ const std::vector<TensorSpec>& tensor_specs() {
     {"oproj/inputs", "w_o", D::E4M3, "hidden,dim", "", "o_proj shard: this rank's o_k input columns"},
     {"oproj/inputs", "s_o", D::F32, "hidden", "", "o_proj row scale"},
     {"oproj/inputs", "h_in", D::BF16, "token,hidden", "/inputs/h_in", "shared input"},
-    {"oproj/outputs", "partial", D::BF16, "token,hidden", "", "this rank's o_proj partial rows"},
-    {"oproj/outputs", "a", D::BF16, "token,hidden", "", "all-reduced o_proj rows (every rank's partial, rank order)"},
-    {"oproj/outputs", "h_mid", D::BF16, "token,hidden", "", "bf16(f32(a) + f32(h_in))"},
+    {"oproj/outputs", "partial", D::BF16, "token,hidden", "", "this rank's o_proj partial rows", F(oproj.partial)},
+    {"oproj/outputs", "a", D::BF16, "token,hidden", "", "all-reduced o_proj rows (every rank's partial, rank order)", F(a)},
+    {"oproj/outputs", "h_mid", D::BF16, "token,hidden", "", "bf16(f32(a) + f32(h_in))", F(h_mid)},
     // stage 4: router
     {"router/inputs", "a", D::BF16, "token,hidden", "@oproj/outputs/a", "stage 3 output"},
     {"router/inputs", "h_in", D::BF16, "token,hidden", "/inputs/h_in", "shared input"},
     {"router/inputs", "g_post", D::BF16, "hidden", "", "Gemma RMSNorm weight (x * (1 + g))"},
     {"router/inputs", "w_gate", D::BF16, "expert,hidden", "", "router gate"},
     {"router/inputs", "bias", D::F32, "expert", "", "e_score_correction_bias"},
-    {"router/outputs", "xn", D::BF16, "token,hidden", "", "normed row"},
-    {"router/outputs", "xn8", D::E4M3, "token,hidden", "", "MXFP8 elements of xn"},
-    {"router/outputs", "xsc", D::E8M0, "token,hidden_block", "", "MXFP8 scales of xn, one a 32-block"},
-    {"router/outputs", "rstd", D::F32, "token", "", "RMSNorm rsq(ss / hidden + eps)"},
-    {"router/outputs", "logit", D::F32, "token,expert", "", "gate logit (before bf16)"},
-    {"router/outputs", "sig", D::F32, "token,expert", "", "sigmoid(bf16(logit)), unbiased"},
-    {"router/outputs", "key", D::I32, "token,expert", "", "route key of sig + bias"},
+    {"router/outputs", "xn", D::BF16, "token,hidden", "", "normed row", F(router.xn)},
+    {"router/outputs", "xn8", D::E4M3, "token,hidden", "", "MXFP8 elements of xn", F(router.xn8)},
+    {"router/outputs", "xsc", D::E8M0, "token,hidden_block", "", "MXFP8 scales of xn, one a 32-block", F(router.xsc)},
+    {"router/outputs", "rstd", D::F32, "token", "", "RMSNorm rsq(ss / hidden + eps)", F(router.rstd)},
+    {"router/outputs", "logit", D::F32, "token,expert", "", "gate logit (before bf16)", F(router.logit)},
+    {"router/outputs", "sig", D::F32, "token,expert", "", "sigmoid(bf16(logit)), unbiased", F(router.sig)},
+    {"router/outputs", "key", D::I32, "token,expert", "", "route key of sig + bias", F(router.key)},
     // stage 5: experts and the second all-reduce
     {"moe/inputs", "xn", D::BF16, "token,hidden", "@router/outputs/xn", "stage 4 output"},
     {"moe/inputs", "xn8", D::E4M3, "token,hidden", "@router/outputs/xn8", "stage 4 output"},
@@ -129,19 +133,36 @@ const std::vector<TensorSpec>& tensor_specs() {
     {"moe/inputs", "s13", D::E8M0, "used_expert,gate_up_row,hidden_block", "", "w13 block scales"},
     {"moe/inputs", "w2", D::E2M1X2, "used_expert,hidden,inter_pair", "", "down projection, E2M1 pairs"},
     {"moe/inputs", "s2", D::E8M0, "used_expert,hidden,inter_block", "", "w2 block scales"},
-    {"moe/outputs", "route_ids", D::I32, "token,slot", "", "slots 0..3 the picks in pick order, 4 the shared expert"},
-    {"moe/outputs", "route_weights", D::F32, "token,slot", "", "routing weights"},
-    {"moe/outputs", "gate", D::F32, "token,slot,inter", "", "gate GEMV (before swiglu)"},
-    {"moe/outputs", "up", D::F32, "token,slot,inter", "", "up GEMV"},
-    {"moe/outputs", "mid", D::BF16, "token,slot,inter", "", "swiglu output"},
-    {"moe/outputs", "mid8", D::E4M3, "token,slot,inter", "", "MXFP8 elements of mid"},
-    {"moe/outputs", "midsc", D::E8M0, "token,slot,inter_block", "", "MXFP8 scales of mid"},
-    {"moe/outputs", "partial", D::BF16, "token,hidden", "", "this rank's FFN partial rows"},
-    {"moe/outputs", "ar_out", D::BF16, "token,hidden", "", "all-reduced FFN rows (every rank's partial, rank order)"},
+    {"moe/outputs", "route_ids", D::I32, "token,slot", "", "slots 0..3 the picks in pick order, 4 the shared expert", F(route.ids)},
+    {"moe/outputs", "route_weights", D::F32, "token,slot", "", "routing weights", F(route.weights)},
+    {"moe/outputs", "gate", D::F32, "token,slot,inter", "", "gate GEMV (before swiglu)", F(moe.gate)},
+    {"moe/outputs", "up", D::F32, "token,slot,inter", "", "up GEMV", F(moe.up)},
+    {"moe/outputs", "mid", D::BF16, "token,slot,inter", "", "swiglu output", F(moe.mid)},
+    {"moe/outputs", "mid8", D::E4M3, "token,slot,inter", "", "MXFP8 elements of mid", F(moe.mid8)},
+    {"moe/outputs", "midsc", D::E8M0, "token,slot,inter_block", "", "MXFP8 scales of mid", F(moe.midsc)},
+    {"moe/outputs", "partial", D::BF16, "token,hidden", "", "this rank's FFN partial rows", F(moe.partial)},
+    {"moe/outputs", "ar_out", D::BF16, "token,hidden", "", "all-reduced FFN rows (every rank's partial, rank order)", F(ar_out)},
   };
   return t;
 }
 // clang-format on
+#undef F
+
+std::vector<const TensorSpec*> specs_of(const std::string& group) {
+  std::vector<const TensorSpec*> out;
+  for (const TensorSpec& s : tensor_specs())
+    if (group == s.group) out.push_back(&s);
+  return out;
+}
+
+const TensorSpec* result_spec(const TensorSpec& s) {
+  if (s.field) return &s;
+  if (s.link[0] != '@') return nullptr;  // stored here (a weight, a KV page) or a shared input
+  const std::string target = s.link + 1;  // "<stage>/<io>/<name>"
+  const size_t slash = target.rfind('/');
+  const TensorSpec& t = find_spec(target.substr(0, slash), target.substr(slash + 1));
+  return t.field ? &t : nullptr;
+}
 
 const std::vector<std::string>& stage_names() {
   static const std::vector<std::string> s = {"index", "split", "merge", "oproj", "router", "moe"};
@@ -178,6 +199,20 @@ int64_t DimSizes::of(const std::string& d) const {
 std::string DimSizes::dims_of(const char* dims) const {
   if (std::string(dims) == "kv_scale") return cfg.one_kv_scale() ? "one" : "page,page_key";
   return dims;
+}
+
+int stage_of(const TensorSpec& s) {
+  const std::string g = s.group;
+  const std::vector<std::string>& st = stage_names();
+  for (size_t i = 0; i < st.size(); ++i)
+    if (g.compare(0, st[i].size() + 1, st[i] + "/") == 0) return int(i);
+  return -1;
+}
+
+uint64_t DimSizes::count(const char* dims) const {
+  uint64_t n = 1;
+  for (uint64_t x : shape(dims)) n *= x;
+  return n;
 }
 
 std::vector<uint64_t> DimSizes::shape(const char* dims) const {

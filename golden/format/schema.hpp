@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "golden/format/tensors.hpp"
 #include "golden/io/hdf5.hpp"
 #include "reference/config.hpp"
 #include "reference/inputs.hpp"
@@ -44,39 +45,9 @@ class FormatError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// The value types of stored tensors (attribute "dtype"); each is stored as raw bits in the
-// integer type that holds it: bf16 -> uint16, f32 -> uint32, i32 -> int32, u8 / e4m3 /
-// e8m0 / e2m1x2 (two E2M1 a byte, the even element in the low nibble) -> uint8.
-enum class DType { BF16, F32, I32, U8, E4M3, E8M0, E2M1X2 };
-const char* dtype_name(DType d);
+// The stored form of a dtype (the table and the dtypes: tensors.hpp).
 h5::Elem stored_elem(DType d);  // the integer type a dtype's bits are stored as
 std::string shape_str(const std::vector<uint64_t>& s);  // "(4,2048)"
-bool dtype_from_name(const std::string& s, DType& out);
-size_t dtype_bytes(DType d);
-
-// One row of the schema table.
-struct TensorSpec {
-  const char* group;    // "/inputs" or a rank-relative "<stage>/<inputs|outputs>"
-  const char* name;
-  DType dtype;
-  const char* dims;     // comma-separated dimension names; "kv_scale" resolves by config
-  const char* link;     // "" = stored here; else the target: "/inputs/x" or "@<stage>/<io>/x" (same rank)
-  const char* meaning;
-};
-const std::vector<TensorSpec>& tensor_specs();
-const TensorSpec& find_spec(const std::string& group, const std::string& name);  // logic_error if absent
-const std::vector<std::string>& stage_names();  // index, split, merge, oproj, router, moe
-
-// Sizes of the named dimensions of one file (token, hidden, page, used_expert, ...).
-struct DimSizes {
-  Config cfg;
-  int tokens = 0, bt_width = 0, score_width = 0;
-  int pages = 0;        // pages stored in /rank<r>/split/inputs (whole cache or the selection)
-  int used_experts = 0; // experts stored in /rank<r>/moe/inputs
-  int64_t of(const std::string& dim) const;                 // throws on an unknown name
-  std::vector<uint64_t> shape(const char* dims) const;
-  std::string dims_of(const char* dims) const;              // "kv_scale" resolved
-};
 
 // Config <-> JSON (every field; reading requires every field and no others).
 std::string config_to_json(const Config& c);

@@ -60,6 +60,12 @@ void put_links(const h5::Group& g, const std::string& group, int rank) {
   }
 }
 
+// A stage's outputs, each from its result field (the table's order: byte-identical files).
+void put_outputs(const Writer& W, const h5::Group& o, const std::string& stage, const RankResult& R) {
+  for (const TensorSpec* s : specs_of(stage + "/outputs"))
+    with_field(*s, R, [&](const auto& v) { W.put(o, s->group, s->name, v); });
+}
+
 // A replicated weight: rank r > 0 links to rank 0's copy when the bits are equal.
 template <class T>
 void put_or_link(const Writer& W, const h5::Group& g, const std::string& group, const std::string& name,
@@ -168,11 +174,7 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
     g.set_attr("tokens", int64_t(in.shared.tokens));
     g.set_attr("q_len", int64_t(in.shared.q_len));
     put_links(g, "index/inputs", r);
-    h5::Group o = stage("index", "outputs");
-    W.put(o, "index/outputs", "sparse_table", R.index.sparse_table);
-    W.put(o, "index/outputs", "blocks", R.index.blocks);
-    W.put(o, "index/outputs", "n_ctx", R.index.n_ctx);
-    W.put(o, "index/outputs", "long_row", R.index.long_row);
+    put_outputs(W, stage("index", "outputs"), "index", R);
   }
   // stage 1: the KV pages, whole or the selection
   {
@@ -209,19 +211,12 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
       }
     }
     put_links(g, "split/inputs", r);
-    h5::Group o = stage("split", "outputs");
-    W.put(o, "split/outputs", "q8", R.split.q8);
-    W.put(o, "split/outputs", "o", R.split.o);
-    W.put(o, "split/outputs", "m", R.split.m);
-    W.put(o, "split/outputs", "l", R.split.l);
+    put_outputs(W, stage("split", "outputs"), "split", R);
   }
   // stage 2
   {
     put_links(stage("merge", "inputs"), "merge/inputs", r);
-    h5::Group o = stage("merge", "outputs");
-    W.put(o, "merge/outputs", "attn", R.merge.attn);
-    W.put(o, "merge/outputs", "attn8", R.merge.attn8);
-    W.put(o, "merge/outputs", "x_scale", R.merge.x_scale);
+    put_outputs(W, stage("merge", "outputs"), "merge", R);
   }
   // stage 3
   {
@@ -229,10 +224,7 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
     put_links(g, "oproj/inputs", r);
     W.put(g, "oproj/inputs", "w_o", w.w_o);
     put_or_link(W, g, "oproj/inputs", "s_o", w.s_o, w0.s_o, r);
-    h5::Group o = stage("oproj", "outputs");
-    W.put(o, "oproj/outputs", "partial", R.oproj.partial);
-    W.put(o, "oproj/outputs", "a", R.a);
-    W.put(o, "oproj/outputs", "h_mid", R.h_mid);
+    put_outputs(W, stage("oproj", "outputs"), "oproj", R);
   }
   // stage 4
   {
@@ -241,14 +233,7 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
     put_or_link(W, g, "router/inputs", "g_post", w.g_post, w0.g_post, r);
     put_or_link(W, g, "router/inputs", "w_gate", w.w_gate, w0.w_gate, r);
     put_or_link(W, g, "router/inputs", "bias", w.bias, w0.bias, r);
-    h5::Group o = stage("router", "outputs");
-    W.put(o, "router/outputs", "xn", R.router.xn);
-    W.put(o, "router/outputs", "xn8", R.router.xn8);
-    W.put(o, "router/outputs", "xsc", R.router.xsc);
-    W.put(o, "router/outputs", "rstd", R.router.rstd);
-    W.put(o, "router/outputs", "logit", R.router.logit);
-    W.put(o, "router/outputs", "sig", R.router.sig);
-    W.put(o, "router/outputs", "key", R.router.key);
+    put_outputs(W, stage("router", "outputs"), "router", R);
   }
   // stage 5
   {
@@ -258,16 +243,7 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
     W.dims.used_experts = int(ids.size());
     g.set_attr("n_experts", int64_t(ids.size()));
     put_experts(W, g, lw, r, ids);
-    h5::Group o = stage("moe", "outputs");
-    W.put(o, "moe/outputs", "route_ids", R.route.ids);
-    W.put(o, "moe/outputs", "route_weights", R.route.weights);
-    W.put(o, "moe/outputs", "gate", R.moe.gate);
-    W.put(o, "moe/outputs", "up", R.moe.up);
-    W.put(o, "moe/outputs", "mid", R.moe.mid);
-    W.put(o, "moe/outputs", "mid8", R.moe.mid8);
-    W.put(o, "moe/outputs", "midsc", R.moe.midsc);
-    W.put(o, "moe/outputs", "partial", R.moe.partial);
-    W.put(o, "moe/outputs", "ar_out", R.ar_out);
+    put_outputs(W, stage("moe", "outputs"), "moe", R);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "golden/io/hdf5.hpp"
@@ -437,6 +438,38 @@ TEST_CASE("golden inputs file: write and read back; a golden's inputs read the s
   golden::write_golden(g, c.w, c.in, c.res, c.meta, {});
   check_inputs_equal(golden::read_inputs_file(g), c.in);
   CHECK_THROWS_WITH_AS(golden::GoldenReader{p}, doctest::Contains("is an inputs file"), golden::FormatError);
+}
+
+TEST_CASE("golden schema table: every stage output has its own result field, of its dtype's element type") {
+  // Each output row names a distinct RankResult vector (a copied row pointing at its
+  // neighbour's field would write one tensor twice); no input row has a field of its own, and
+  // a linked stage input reads the field of the output it links to.
+  RankResult R;
+  std::set<const void*> seen;
+  int outputs = 0;
+  for (const golden::TensorSpec& s : golden::tensor_specs()) {
+    INFO(s.group << "/" << s.name);
+    const bool output = std::string(s.group).find("/outputs") != std::string::npos;
+    CHECK((s.field != nullptr) == output);
+    if (!output) continue;
+    ++outputs;
+    const void* addr = nullptr;
+    CHECK_NOTHROW(golden::with_field(s, R, [&](auto& v) {
+      addr = &v;
+      CHECK(sizeof(v[0]) == golden::dtype_bytes(s.dtype));
+    }));
+    CHECK(seen.insert(addr).second);
+  }
+  CHECK(outputs == 30);
+  const golden::TensorSpec* q8 = golden::result_spec(golden::find_spec("merge/inputs", "q8"));
+  REQUIRE(q8 != nullptr);
+  CHECK(std::string(q8->group) == "split/outputs");
+  CHECK(golden::result_spec(golden::find_spec("oproj/inputs", "w_o")) == nullptr);
+  CHECK(golden::result_spec(golden::find_spec("oproj/inputs", "h_in")) == nullptr);
+  // a row whose field is of another element type is refused
+  golden::TensorSpec wrong = golden::find_spec("split/outputs", "o");
+  wrong.dtype = golden::DType::F32;
+  CHECK_THROWS_AS(golden::with_field(wrong, R, [](auto&) {}), std::logic_error);
 }
 
 TEST_CASE("golden config JSON: every field round trips; missing and unknown fields are errors") {

@@ -2,7 +2,7 @@
 // test_atomic_output): where it is, a scratch directory, a run with its exit code and both
 // streams, and a run in the background (for the SIGKILL cases).
 // The binary is found beside the test binary (the build puts both in the build root), or in
-// $K4_BIN; without it the cases say so and pass nothing (NEED_K4).
+// $K4_BIN; without it every case that runs it fails (REQUIRE_K4).
 #pragma once
 #include <sys/types.h>
 
@@ -51,8 +51,8 @@ Run wait(const TempDir& t, pid_t pid);
 
 }  // namespace k4::cli
 
-#define NEED_K4()                                                            \
-  if (k4::cli::k4_bin().empty()) {                                           \
-    MESSAGE("k4 binary not found beside the tests nor in $K4_BIN: skipped"); \
-    return;                                                                  \
-  }
+// A case that runs k4 fails without it (a missing binary is a broken build, not a pass).
+#define REQUIRE_K4()                                                                          \
+  REQUIRE_MESSAGE((!k4::cli::k4_bin().empty() && std::filesystem::exists(k4::cli::k4_bin())), \
+                  "k4 binary not found beside the tests nor at $K4_BIN ('" << k4::cli::k4_bin() \
+                  << "'): build the k4 target")

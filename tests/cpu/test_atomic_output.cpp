@@ -97,7 +97,7 @@ TEST_SUITE("atomic_output") {
 // ============================================================== (a) no overwrite without --force
 
 TEST_CASE("atomic (a): k4 golden and k4 synth refuse an existing output, before any work, file unchanged") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t("atomic");
   const std::string g = t.path("g.h5"), w = t.path("w.safetensors");
   write_text(g, kPrecious);
@@ -122,7 +122,7 @@ TEST_CASE("atomic (a): k4 golden and k4 synth refuse an existing output, before 
 }
 
 TEST_CASE("atomic (a): k4 diff --json / --html refuse an existing file without --force, unchanged") {
-  NEED_K4();
+  REQUIRE_K4();
   const DiffFiles& D = diff_files();
   REQUIRE(D.ok);
   TempDir t("atomic");
@@ -145,7 +145,7 @@ TEST_CASE("atomic (a): k4 diff --json / --html refuse an existing file without -
 }
 
 TEST_CASE("atomic (a): write_inputs_file and write_dump refuse an existing file, unchanged") {
-  NEED_K4();
+  REQUIRE_K4();
   const DiffFiles& D = diff_files();
   REQUIRE(D.ok);
   TempDir t("atomic");
@@ -165,7 +165,7 @@ TEST_CASE("atomic (a): write_inputs_file and write_dump refuse an existing file,
 // ============================================================== (b) a failing run leaves nothing
 
 TEST_CASE("atomic (b): k4 golden failing mid-write (injected) leaves neither output nor temporary") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t("atomic");
   const std::string g = t.path("g.h5");
   Run r = cli::run(t, "golden --preset tiny --tokens 4 --context 1000 --out " + g, "K4_FAIL_AFTER_BYTES=3000000 ");
@@ -182,7 +182,7 @@ TEST_CASE("atomic (b): k4 golden failing mid-write (injected) leaves neither out
 }
 
 TEST_CASE("atomic (b): k4 synth failing mid-write (injected) leaves neither output nor temporary") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t("atomic");
   const std::string w = t.path("w.safetensors");
   const Run r = cli::run(t, "synth --preset tiny --out " + w, "K4_FAIL_AFTER_BYTES=1000000 ");
@@ -192,7 +192,7 @@ TEST_CASE("atomic (b): k4 synth failing mid-write (injected) leaves neither outp
 }
 
 TEST_CASE("atomic (b): k4 golden with a bad checkpoint or bad inputs leaves nothing at --out") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t("atomic");
   const std::string g = t.path("g.h5"), k = t.path("w.safetensors");
   write_text(k, "junk that is no safetensors file");
@@ -202,7 +202,7 @@ TEST_CASE("atomic (b): k4 golden with a bad checkpoint or bad inputs leaves noth
 }
 
 TEST_CASE("atomic (b): k4 diff with --json / --html: a bad dump, or a failure writing a report, leaves no file") {
-  NEED_K4();
+  REQUIRE_K4();
   const DiffFiles& D = diff_files();
   REQUIRE(D.ok);
   TempDir t("atomic");
@@ -217,7 +217,7 @@ TEST_CASE("atomic (b): k4 diff with --json / --html: a bad dump, or a failure wr
 }
 
 TEST_CASE("atomic (b): write_inputs_file and write_dump failing mid-file leave neither file nor temporary") {
-  NEED_K4();
+  REQUIRE_K4();
   const DiffFiles& D = diff_files();
   REQUIRE(D.ok);
   TempDir t("atomic");
@@ -251,7 +251,7 @@ TEST_CASE("atomic (b): write_inputs_file and write_dump failing mid-file leave n
 // ============================================================== (c) SIGKILL mid-write
 
 TEST_CASE("atomic (c): k4 golden killed with SIGKILL mid-write: no file at --out; the next run removes the stale temporary") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t("atomic");
   const std::string g = t.path("g.h5");
   // small, S = 16: ~2 s of model, then ~0.5 s writing 400 MB; killed as soon as the temporary exists
@@ -276,7 +276,7 @@ TEST_CASE("atomic (c): k4 golden killed with SIGKILL mid-write: no file at --out
 }
 
 TEST_CASE("atomic (c): k4 golden --preset minimax-m3-tp4 killed after ~1 s: no file at --out") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t("atomic");
   const std::string g = t.path("g.h5");
   const pid_t pid = cli::spawn(t, {"golden", "--preset", "minimax-m3-tp4", "--tokens", "16", "--context", "65536", "--out", g});
@@ -289,7 +289,7 @@ TEST_CASE("atomic (c): k4 golden --preset minimax-m3-tp4 killed after ~1 s: no f
 }
 
 TEST_CASE("atomic (c): k4 synth --preset minimax-m3-tp4 killed mid-write: no file at --out; the next synth cleans up") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t("atomic");
   const std::string w = t.path("w.safetensors");
   const pid_t pid = cli::spawn(t, {"synth", "--preset", "minimax-m3-tp4", "--out", w});
@@ -306,7 +306,7 @@ TEST_CASE("atomic (c): k4 synth --preset minimax-m3-tp4 killed mid-write: no fil
 }
 
 TEST_CASE("atomic (c): the temporary of a process still running is not removed") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t("atomic");
   const std::string g = t.path("g.h5");
   // a live process: a sleep started here; its pid names a temporary it "writes"

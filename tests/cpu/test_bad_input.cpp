@@ -69,7 +69,7 @@ const World& world() {
 }
 
 #define NEED_WORLD()                                 \
-  NEED_K4();                                         \
+  REQUIRE_K4();                                         \
   const World& W = world();                          \
   REQUIRE_MESSAGE(W.ok, "the fixture files were not made")
 

@@ -20,7 +20,7 @@ using k4::cli::run;
 TEST_SUITE("cli") {
 
 TEST_CASE("k4 --help on every subcommand; usage errors exit 2 with one message") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t;
   for (const char* sub : {"", "synth", "golden", "inspect"}) {
     CAPTURE(sub);
@@ -43,7 +43,7 @@ TEST_CASE("k4 --help on every subcommand; usage errors exit 2 with one message")
 }
 
 TEST_CASE("k4 golden + inspect on tiny; refusing to overwrite; inspect of a non-golden") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t;
   const std::string g = t.path("x.h5");
   Run r = run(t, "golden --preset tiny --tokens 4 --context 1000 --out " + g);
@@ -64,7 +64,7 @@ TEST_CASE("k4 golden + inspect on tiny; refusing to overwrite; inspect of a non-
 }
 
 TEST_CASE("k4 golden: byte-identical for --threads 1 and 2; scenario options and a scenario file") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t;
   {
     std::ofstream f(t.path("s.json"));
@@ -84,7 +84,7 @@ TEST_CASE("k4 golden: byte-identical for --threads 1 and 2; scenario options and
 }
 
 TEST_CASE("k4 synth file as --checkpoint gives the same golden tensors as the embedded default") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t;
   REQUIRE(run(t, "synth --preset tiny --tp 2 --seed 5 --out " + t.path("w.safetensors")).rc == 0);
   CHECK(run(t, "synth --preset tiny --tp 2 --seed 5 --out " + t.path("w.safetensors")).rc == 2);  // exists

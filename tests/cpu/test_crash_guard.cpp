@@ -162,7 +162,7 @@ TEST_CASE("crash guard: a guarded child names its temporaries with the parent's 
 }
 
 TEST_CASE("crash guard: the corrupt files that crash libhdf5 1.10.8 end in exit 2 and a message from every k4 reader") {
-  NEED_K4();
+  REQUIRE_K4();
   const FuzzGolden& g = fuzz_golden();
   REQUIRE(g.ok);
   for (const char* name : {"uaf_h5aexists.h5", "segv_h5aexists.h5"}) {
@@ -202,7 +202,7 @@ TEST_CASE("crash guard: the corrupt files that crash libhdf5 1.10.8 end in exit 
 }
 
 TEST_CASE("crash guard: K4_GUARD_SELFTEST crashes the child inside libhdf5 (exit 2) or in k4 (exit 70)") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t("guard");
   Run r = cli::run(t, "inspect no-such-file.h5", "K4_GUARD_SELFTEST=libhdf5 ");
   CHECK(r.signal == 0);
@@ -219,7 +219,7 @@ TEST_CASE("crash guard: K4_GUARD_SELFTEST crashes the child inside libhdf5 (exit
 }
 
 TEST_CASE("crash guard: SIGTERM to k4 reaches the command; k4 dies of it and leaves no output") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t("guard");
   const std::string g = t.path("g.h5");
   const pid_t pid = cli::spawn(t, {"golden", "--preset", "minimax-m3-tp4", "--tokens", "16", "--out", g});

@@ -292,7 +292,7 @@ TEST_CASE("unusable inputs throw FormatError: missing file, not HDF5, not a gold
 }
 
 TEST_CASE("k4 diff / k4 replay: exit codes 0 / 1 / 2, --json first_divergence, --max") {
-  NEED_K4();
+  REQUIRE_K4();
   const DiffWorld& W = test::diff_world();
   const std::string clean = W.path("cli_clean.h5"), bad = W.path("cli_bad.h5"), js = W.path("cli.json");
   write_dump(clean, W.cfg, W.in.shared.tokens, W.gold, {}, true);

@@ -130,10 +130,7 @@ bool near(const uint8_t* p, int r, int g, int b, int tol) {
 TEST_SUITE("report") {
 
 TEST_CASE("html report: self-contained, a map and a histogram for every mismatching tensor") {
-  if (k4_bin().empty()) {
-    MESSAGE("k4 binary not found beside the tests nor in $K4_BIN: skipped");
-    return;
-  }
+  REQUIRE_K4();
   const std::string html = slurp(make_report("report_html"));
   REQUIRE(!html.empty());
   CHECK(html.rfind("<!DOCTYPE html>", 0) == 0);
@@ -164,10 +161,7 @@ TEST_CASE("chromium is there for the render check, or the check says it is skipp
 
 TEST_CASE("html report renders in headless chromium: 1200x900, not blank, the mismatch map on screen" *
           doctest::skip(!have_chromium())) {
-  if (k4_bin().empty()) {
-    MESSAGE("k4 binary not found beside the tests nor in $K4_BIN: skipped");
-    return;
-  }
+  REQUIRE_K4();
   const DiffWorld& W = test::diff_world();
   const std::string html = make_report("report_render"), png_path = W.path("report_render.png");
   REQUIRE(fs::exists(script()));

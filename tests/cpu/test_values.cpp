@@ -93,7 +93,7 @@ TEST_SUITE("values") {
 // ================================================================== index scores
 
 TEST_CASE("values: NaN, +-Inf and -0 index scores: in the golden, NaN ranked lowest, +Inf selected, outputs finite") {
-  NEED_K4();
+  REQUIRE_K4();
   auto m = make(R"({"tokens": 4, "context": [3000], "inject": {"nan_scores": 2, "inf_scores": 2, "neg_zero_scores": 2}})");
   const Config& c = m->cfg;
   const StepShared& sh = m->in.shared;
@@ -127,7 +127,7 @@ TEST_CASE("values: NaN, +-Inf and -0 index scores: in the golden, NaN ranked low
 // ================================================================== q
 
 TEST_CASE("values: special q (NaN, +Inf, 466 in token 0; -0, +-448, 464, +-2^-10, 2^-9 in every token)") {
-  NEED_K4();
+  REQUIRE_K4();
   auto m = make(R"({"tokens": 4, "context": [1000], "inject": {"special_q": true}})");
   const Config& c = m->cfg;
   const int OK = c.o_k(), HD = c.head_dim;
@@ -179,7 +179,7 @@ TEST_CASE("values: special q (NaN, +Inf, 466 in token 0; -0, +-448, 464, +-2^-10
 }
 
 TEST_CASE("values: extreme q poisons every token from the merge on; partitions past n_ctx stay o = +0, m = NEG, l = 256") {
-  NEED_K4();
+  REQUIRE_K4();
   auto m = make(R"({"tokens": 2, "context": [300], "inject": {"extreme_q": true}})");
   const Config& c = m->cfg;
   for (const RankResult& R : m->res.ranks)
@@ -203,7 +203,7 @@ TEST_CASE("values: extreme q poisons every token from the merge on; partitions p
 // ================================================================== h_in
 
 TEST_CASE("values: special h_in (a NaN, +Inf, -Inf element, 64 -0): h_mid, rstd and the routing as the contract says") {
-  NEED_K4();
+  REQUIRE_K4();
   auto m = make(R"({"tokens": 4, "context": [1000], "inject": {"special_h_in": true}})");
   const Config& c = m->cfg;
   const size_t H = size_t(c.hidden);
@@ -238,7 +238,7 @@ TEST_CASE("values: special h_in (a NaN, +Inf, -Inf element, 64 -0): h_mid, rstd 
 // ================================================================== KV caches and scales
 
 TEST_CASE("values: special KV (NaN codes, NaN / Inf scales where no row reads; -0 where rows read): masked, bit for bit") {
-  NEED_K4();
+  REQUIRE_K4();
   auto m = make(R"({"tokens": 4, "context": [700, 300, 1000, 50], "inject": {"special_kv": true}})", "--kv-form whole");
   const Config& c = m->cfg;
   for (int r = 0; r < c.tp; ++r) {
@@ -280,7 +280,7 @@ TEST_CASE("values: special KV (NaN codes, NaN / Inf scales where no row reads; -
 }
 
 TEST_CASE("values: extreme KV (codes +-448, subnormals, -0; scales 0 and 1e3): the golden holds them, outputs finite") {
-  NEED_K4();
+  REQUIRE_K4();
   auto m = make(R"({"tokens": 3, "context": [900], "inject": {"extreme_kv": true}})", "--kv-form whole");
   for (const StepRank& I : m->in.ranks) {
     CHECK(count_if(I.k_cache, [](uint8_t b) { return b == 0x7E || b == 0xFE; }) > 0);
@@ -298,7 +298,7 @@ TEST_CASE("values: extreme KV (codes +-448, subnormals, -0; scales 0 and 1e3): t
 // ================================================================== weights
 
 TEST_CASE("values: special weights (-0, +-Inf, NaN where contained): in the golden's weights, defined picks and rows") {
-  NEED_K4();
+  REQUIRE_K4();
   for (int tokens : {4, 6}) {  // narrow and wide MoE
     CAPTURE(tokens);
     auto m = make(R"({"tokens": )" + std::to_string(tokens) + R"(, "context": [1000], "inject": {"special_weights": true}})");
@@ -344,7 +344,7 @@ TEST_CASE("values: special weights (-0, +-Inf, NaN where contained): in the gold
 }
 
 TEST_CASE("values: one NaN weight poisons exactly what the contract says (nan_weight w_o, s_o, g_post, w_gate)") {
-  NEED_K4();
+  REQUIRE_K4();
   const std::string ctx = R"("tokens": 2, "context": [500])";
   SUBCASE("w_o: rank 0's o_proj row 5 NaN (block-exact), a / h_mid row 5 NaN; the router's rows NaN, picks 0..3") {
     auto m = make("{" + ctx + R"(, "inject": {"nan_weight": "w_o"}})");
@@ -411,7 +411,7 @@ TEST_CASE("values: one NaN weight poisons exactly what the contract says (nan_we
 // ================================================================== all-zero rows
 
 TEST_CASE("values: all-zero q, h_in and score rows (zero_rows): q8 zero, ties to the higher ids, h_mid = a, attention not zero") {
-  NEED_K4();
+  REQUIRE_K4();
   auto m = make(R"({"tokens": 4, "context": [3000], "inject": {"zero_rows": [1]}})");
   const Config& c = m->cfg;
   const size_t H = size_t(c.hidden), OK = size_t(c.o_k());
@@ -435,7 +435,7 @@ TEST_CASE("values: all-zero q, h_in and score rows (zero_rows): q8 zero, ties to
 }
 
 TEST_CASE("values: a NaN K and a NaN V code at keys a row reads (nan_kv_rows): that token is NaN, no other row changes") {
-  NEED_K4();
+  REQUIRE_K4();
   // rows 0..3 four requests of one row; row 1 reads the NaN codes
   auto m = make(R"({"tokens": 4, "context": [700, 300, 1000, 50], "inject": {"nan_kv_rows": [1]}})");
   const Config& c = m->cfg;
@@ -482,7 +482,7 @@ TEST_CASE("values: a NaN K and a NaN V code at keys a row reads (nan_kv_rows): t
 }
 
 TEST_CASE("values: rows whose attention is all zero (zero_attn_rows): attn, attn8, x_scale, o_proj rows +0; h_mid = h_in") {
-  NEED_K4();
+  REQUIRE_K4();
   auto m = make(R"({"tokens": 3, "context": [600], "inject": {"zero_attn_rows": [2]}})");
   const Config& c = m->cfg;
   const size_t H = size_t(c.hidden), OK = size_t(c.o_k());
@@ -519,7 +519,7 @@ TEST_CASE("values: the special-value keys round trip through the scenario JSON, 
 }
 
 TEST_CASE("values: the CLI flags make the same golden as the scenario keys") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t("values");
   std::ofstream(t.path("s.json")) << R"({"tokens": 2, "context": [300], "inject": {"special_q": true, "special_kv": true,
       "special_weights": true, "zero_attn_rows": [1]}})";
@@ -570,7 +570,7 @@ TEST_CASE("values: route ids past n_routed are clamped to E_TOP (the shared expe
 }
 
 TEST_CASE("values: k4 replay of a dump whose route keys encode ids past n_routed: a verdict, no crash") {
-  NEED_K4();
+  REQUIRE_K4();
   TempDir t("values");
   const std::string g = t.path("g.h5"), d = t.path("d.h5");
   REQUIRE(cli::run(t, "golden --preset tiny --tp 2 --tokens 2 --context 400 --out " + g).rc == 0);

@@ -122,7 +122,7 @@ TEST_CASE("config JSON carries every switch and round-trips each modelled varian
 }
 
 TEST_CASE("k4 golden --variant; the golden's variant attribute; inspect shows it; diff refuses another variant") {
-  NEED_K4();
+  REQUIRE_K4();
   cli::TempDir t("variant");
   const std::string seed = t.path("seed.h5"), scalar = t.path("scalar.h5");
   cli::Run r = cli::run(t, "golden --preset tiny --tp 1 --tokens 2 --context 300 --out " + seed);

@@ -111,8 +111,8 @@ std::vector<T> in_vec(const Inputs& in, const std::string& name) {
 
 // Runs one step: recompute (or take the golden's when no input differs), then compare with
 // the dump's outputs.
-ReplayStep run_step(const Ctx& c, int r, const std::string& name, const std::string& out_group,
-                    const std::vector<std::string>& outs, const Inputs& inputs, const Compute& compute, size_t max_list) {
+ReplayStep replay_step(const Ctx& c, int r, const std::string& name, const std::string& out_group,
+                       const std::vector<std::string>& outs, const Inputs& inputs, const Compute& compute, size_t max_list) {
   ReplayStep st;
   st.name = name;
   for (const auto& [n, in] : inputs) {
@@ -172,87 +172,87 @@ RawTensor out_tensor(DType d, const std::vector<T>& v) {
 std::vector<ReplayStep> replay_index(const Ctx& c, int r, size_t ml) {
   Inputs in;
   for (const char* n : {"seq_lens", "block_table", "index_scores"}) in[n] = c.input(r, "index", n);
-  return {run_step(c, r, "select_blocks", "index/outputs", {"sparse_table", "blocks", "n_ctx", "long_row"}, in,
-                   [&](const Inputs& x) {
-                     IndexStage st = c.gr.index(r);
-                     st.in.seq_lens = in_vec<int32_t>(x, "seq_lens");
-                     st.in.block_table = in_vec<int32_t>(x, "block_table");
-                     st.in.index_scores = in_vec<float>(x, "index_scores");
-                     // select_blocks reads by these values: they must be inputs the model serves
-                     // (seq_lens in range, block-table entries inside every rank's cache), as
-                     // run_step checks (found by fuzzing: a seq_len of 2^28 read index_scores out
-                     // of bounds, a block-table entry of 1886226432 overflowed page * stride)
-                     StepInputs si = c.gr.inputs();
-                     si.shared = st.in;
-                     validate_inputs(si, c.cfg);
-                     IndexOut o;
-                     select_blocks(o, st.in, c.cfg);
-                     return std::map<std::string, RawTensor>{{"sparse_table", out_tensor(DType::I32, o.sparse_table)},
-                                                             {"blocks", out_tensor(DType::I32, o.blocks)},
-                                                             {"n_ctx", out_tensor(DType::I32, o.n_ctx)},
-                                                             {"long_row", out_tensor(DType::U8, o.long_row)}};
-                   },
-                   ml)};
+  return {replay_step(c, r, "select_blocks", "index/outputs", {"sparse_table", "blocks", "n_ctx", "long_row"}, in,
+                      [&](const Inputs& x) {
+                        IndexStage st = c.gr.index(r);
+                        st.in.seq_lens = in_vec<int32_t>(x, "seq_lens");
+                        st.in.block_table = in_vec<int32_t>(x, "block_table");
+                        st.in.index_scores = in_vec<float>(x, "index_scores");
+                        // select_blocks reads by these values: they must be inputs the model serves
+                        // (seq_lens in range, block-table entries inside every rank's cache), as
+                        // run_step checks (found by fuzzing: a seq_len of 2^28 read index_scores out
+                        // of bounds, a block-table entry of 1886226432 overflowed page * stride)
+                        StepInputs si = c.gr.inputs();
+                        si.shared = st.in;
+                        validate_inputs(si, c.cfg);
+                        IndexOut o;
+                        select_blocks(o, st.in, c.cfg);
+                        return std::map<std::string, RawTensor>{{"sparse_table", out_tensor(DType::I32, o.sparse_table)},
+                                                                {"blocks", out_tensor(DType::I32, o.blocks)},
+                                                                {"n_ctx", out_tensor(DType::I32, o.n_ctx)},
+                                                                {"long_row", out_tensor(DType::U8, o.long_row)}};
+                      },
+                      ml)};
 }
 
 std::vector<ReplayStep> replay_split(const Ctx& c, int r, size_t ml) {
   Inputs in;
   for (const char* n : {"q", "sparse_table", "blocks", "n_ctx", "long_row"}) in[n] = c.input(r, "split", n);
-  return {run_step(c, r, "split_attention", "split/outputs", {"q8", "o", "m", "l"}, in,
-                   [&](const Inputs& x) {
-                     SplitStage st = c.gr.split(r);
-                     st.rank.q = in_vec<uint16_t>(x, "q");
-                     st.index.sparse_table = in_vec<int32_t>(x, "sparse_table");
-                     st.index.blocks = in_vec<int32_t>(x, "blocks");
-                     st.index.n_ctx = in_vec<int32_t>(x, "n_ctx");
-                     st.index.long_row = in_vec<uint8_t>(x, "long_row");
-                     // the sparse table names pages: check them before the reference reads them, and
-                     // (selected KV form) that the golden stores the ones holding keys below n_ctx
-                     const int W = c.cfg.sparse_table_words();
-                     std::vector<int32_t> stored;
-                     const std::string ids = rank_path(r) + "/split/inputs/page_ids";
-                     if (c.g.has_dataset(ids)) {
-                       stored = typed<int32_t>(c.golden(ids, DType::I32));
-                       std::sort(stored.begin(), stored.end());
-                     }
-                     for (size_t i = 0; i < st.index.sparse_table.size(); ++i) {
-                       const size_t k = i / W, w = i % W;
-                       const int32_t pg = st.index.sparse_table[i];
-                       if (w == size_t(W - 1)) continue;
-                       if (pg < 0 || pg >= st.rank.n_pages)
-                         throw std::invalid_argument("the dump's sparse_table word " + std::to_string(i) + " = " +
-                                                     std::to_string(pg) + " is not a page of the cache");
-                       const bool used = int64_t(w) * c.cfg.page < st.index.n_ctx[k];
-                       if (used && c.g.has_dataset(ids) && !std::binary_search(stored.begin(), stored.end(), pg))
-                         throw std::invalid_argument("the dump's sparse table reads page " + std::to_string(pg) +
-                                                     ", which the golden (selected KV form) does not store");
-                     }
-                     SplitOut o;
-                     split_attention(o, st.shared, st.rank, st.index, c.cfg);
-                     return std::map<std::string, RawTensor>{{"q8", out_tensor(DType::E4M3, o.q8)},
-                                                             {"o", out_tensor(DType::BF16, o.o)},
-                                                             {"m", out_tensor(DType::F32, o.m)},
-                                                             {"l", out_tensor(DType::F32, o.l)}};
-                   },
-                   ml)};
+  return {replay_step(c, r, "split_attention", "split/outputs", {"q8", "o", "m", "l"}, in,
+                      [&](const Inputs& x) {
+                        SplitStage st = c.gr.split(r);
+                        st.rank.q = in_vec<uint16_t>(x, "q");
+                        st.index.sparse_table = in_vec<int32_t>(x, "sparse_table");
+                        st.index.blocks = in_vec<int32_t>(x, "blocks");
+                        st.index.n_ctx = in_vec<int32_t>(x, "n_ctx");
+                        st.index.long_row = in_vec<uint8_t>(x, "long_row");
+                        // the sparse table names pages: check them before the reference reads them, and
+                        // (selected KV form) that the golden stores the ones holding keys below n_ctx
+                        const int TW = c.cfg.sparse_table_words();
+                        std::vector<int32_t> stored;
+                        const std::string ids = rank_path(r) + "/split/inputs/page_ids";
+                        if (c.g.has_dataset(ids)) {
+                          stored = typed<int32_t>(c.golden(ids, DType::I32));
+                          std::sort(stored.begin(), stored.end());
+                        }
+                        for (size_t i = 0; i < st.index.sparse_table.size(); ++i) {
+                          const size_t k = i / TW, w = i % TW;
+                          const int32_t pg = st.index.sparse_table[i];
+                          if (w == size_t(TW - 1)) continue;
+                          if (pg < 0 || pg >= st.rank.n_pages)
+                            throw std::invalid_argument("the dump's sparse_table word " + std::to_string(i) + " = " +
+                                                        std::to_string(pg) + " is not a page of the cache");
+                          const bool used = int64_t(w) * c.cfg.page < st.index.n_ctx[k];
+                          if (used && c.g.has_dataset(ids) && !std::binary_search(stored.begin(), stored.end(), pg))
+                            throw std::invalid_argument("the dump's sparse table reads page " + std::to_string(pg) +
+                                                        ", which the golden (selected KV form) does not store");
+                        }
+                        SplitOut o;
+                        split_attention(o, st.shared, st.rank, st.index, c.cfg);
+                        return std::map<std::string, RawTensor>{{"q8", out_tensor(DType::E4M3, o.q8)},
+                                                                {"o", out_tensor(DType::BF16, o.o)},
+                                                                {"m", out_tensor(DType::F32, o.m)},
+                                                                {"l", out_tensor(DType::F32, o.l)}};
+                      },
+                      ml)};
 }
 
 std::vector<ReplayStep> replay_merge(const Ctx& c, int r, size_t ml) {
   Inputs in;
   for (const char* n : {"o", "m", "l"}) in[n] = c.input(r, "merge", n);
-  return {run_step(c, r, "merge_partitions", "merge/outputs", {"attn", "attn8", "x_scale"}, in,
-                   [&](const Inputs& x) {
-                     SplitOut sp;
-                     sp.o = in_vec<uint16_t>(x, "o");
-                     sp.m = in_vec<float>(x, "m");
-                     sp.l = in_vec<float>(x, "l");
-                     MergeOut o;
-                     merge_partitions(o, sp, c.S, c.cfg);
-                     return std::map<std::string, RawTensor>{{"attn", out_tensor(DType::BF16, o.attn)},
-                                                             {"attn8", out_tensor(DType::E4M3, o.attn8)},
-                                                             {"x_scale", out_tensor(DType::F32, o.x_scale)}};
-                   },
-                   ml)};
+  return {replay_step(c, r, "merge_partitions", "merge/outputs", {"attn", "attn8", "x_scale"}, in,
+                      [&](const Inputs& x) {
+                        SplitOut sp;
+                        sp.o = in_vec<uint16_t>(x, "o");
+                        sp.m = in_vec<float>(x, "m");
+                        sp.l = in_vec<float>(x, "l");
+                        MergeOut o;
+                        merge_partitions(o, sp, c.S, c.cfg);
+                        return std::map<std::string, RawTensor>{{"attn", out_tensor(DType::BF16, o.attn)},
+                                                                {"attn8", out_tensor(DType::E4M3, o.attn8)},
+                                                                {"x_scale", out_tensor(DType::F32, o.x_scale)}};
+                      },
+                      ml)};
 }
 
 // The rank-ordered all-reduce of every rank's `group/partial` -> this rank's `out`.
@@ -260,61 +260,61 @@ ReplayStep replay_all_reduce(const Ctx& c, int r, const std::string& group, cons
                              int rows_per_task, size_t ml) {
   Inputs in;
   for (int j = 0; j < c.tp; ++j) in["partial" + std::to_string(j)] = c.output(j, group, "partial");
-  return run_step(c, r, "all-reduce", group, {out}, in,
-                  [&, zero_start, rows_per_task](const Inputs& x) {
-                    std::vector<std::vector<uint16_t>> parts;
-                    for (int j = 0; j < c.tp; ++j) parts.push_back(in_vec<uint16_t>(x, "partial" + std::to_string(j)));
-                    std::vector<const std::vector<uint16_t>*> ptr;
-                    for (const auto& p : parts) ptr.push_back(&p);
-                    std::vector<std::vector<uint16_t>> sum;
-                    all_reduce_rows(sum, ptr, c.S, c.cfg.hidden, zero_start, c.cfg.ag_rs(c.S), rows_per_task);
-                    return std::map<std::string, RawTensor>{{out, out_tensor(DType::BF16, sum[size_t(r)])}};
-                  },
-                  ml);
+  return replay_step(c, r, "all-reduce", group, {out}, in,
+                     [&, zero_start, rows_per_task](const Inputs& x) {
+                       std::vector<std::vector<uint16_t>> parts;
+                       for (int j = 0; j < c.tp; ++j) parts.push_back(in_vec<uint16_t>(x, "partial" + std::to_string(j)));
+                       std::vector<const std::vector<uint16_t>*> ptr;
+                       for (const auto& p : parts) ptr.push_back(&p);
+                       std::vector<std::vector<uint16_t>> sum;
+                       all_reduce_rows(sum, ptr, c.S, c.cfg.hidden, zero_start, c.cfg.ag_rs(c.S), rows_per_task);
+                       return std::map<std::string, RawTensor>{{out, out_tensor(DType::BF16, sum[size_t(r)])}};
+                     },
+                     ml);
 }
 
 std::vector<ReplayStep> replay_oproj(const Ctx& c, int r, size_t ml) {
   std::vector<ReplayStep> steps;
   Inputs in;
   for (const char* n : {"attn8", "x_scale"}) in[n] = c.input(r, "oproj", n);
-  steps.push_back(run_step(c, r, "partial rows", "oproj/outputs", {"partial"}, in,
-                           [&](const Inputs& x) {
-                             MergeOut mg;
-                             mg.attn8 = in_vec<uint8_t>(x, "attn8");
-                             mg.x_scale = in_vec<float>(x, "x_scale");
-                             OprojOut o;
-                             o_proj_partials(o, mg, c.lw.ranks[size_t(r)], c.S, c.cfg);
-                             return std::map<std::string, RawTensor>{{"partial", out_tensor(DType::BF16, o.partial)}};
-                           },
-                           ml));
+  steps.push_back(replay_step(c, r, "partial rows", "oproj/outputs", {"partial"}, in,
+                              [&](const Inputs& x) {
+                                MergeOut mg;
+                                mg.attn8 = in_vec<uint8_t>(x, "attn8");
+                                mg.x_scale = in_vec<float>(x, "x_scale");
+                                OprojOut o;
+                                o_proj_partials(o, mg, c.lw.ranks[size_t(r)], c.S, c.cfg);
+                                return std::map<std::string, RawTensor>{{"partial", out_tensor(DType::BF16, o.partial)}};
+                              },
+                              ml));
   steps.push_back(replay_all_reduce(c, r, "oproj/outputs", "a", true, c.cfg.o_rows, ml));
   Inputs res;
   res["a"] = c.output(r, "oproj/outputs", "a");
   res["h_in"] = c.input(r, "oproj", "h_in");
-  steps.push_back(run_step(c, r, "residual", "oproj/outputs", {"h_mid"}, res,
-                           [&](const Inputs& x) {
-                             std::vector<uint16_t> h;
-                             residual_add(h, in_vec<uint16_t>(x, "a"), in_vec<uint16_t>(x, "h_in"));
-                             return std::map<std::string, RawTensor>{{"h_mid", out_tensor(DType::BF16, h)}};
-                           },
-                           ml));
+  steps.push_back(replay_step(c, r, "residual", "oproj/outputs", {"h_mid"}, res,
+                              [&](const Inputs& x) {
+                                std::vector<uint16_t> h;
+                                residual_add(h, in_vec<uint16_t>(x, "a"), in_vec<uint16_t>(x, "h_in"));
+                                return std::map<std::string, RawTensor>{{"h_mid", out_tensor(DType::BF16, h)}};
+                              },
+                              ml));
   return steps;
 }
 
 std::vector<ReplayStep> replay_router(const Ctx& c, int r, size_t ml) {
   Inputs in;
   for (const char* n : {"a", "h_in"}) in[n] = c.input(r, "router", n);
-  return {run_step(c, r, "route_scores", "router/outputs", {"xn", "xn8", "xsc", "rstd", "logit", "sig", "key"}, in,
-                   [&](const Inputs& x) {
-                     RouterOut o;
-                     route_scores(o, in_vec<uint16_t>(x, "a"), in_vec<uint16_t>(x, "h_in"), c.lw.ranks[size_t(r)], c.S, c.cfg);
-                     return std::map<std::string, RawTensor>{
-                         {"xn", out_tensor(DType::BF16, o.xn)},     {"xn8", out_tensor(DType::E4M3, o.xn8)},
-                         {"xsc", out_tensor(DType::E8M0, o.xsc)},   {"rstd", out_tensor(DType::F32, o.rstd)},
-                         {"logit", out_tensor(DType::F32, o.logit)}, {"sig", out_tensor(DType::F32, o.sig)},
-                         {"key", out_tensor(DType::I32, o.key)}};
-                   },
-                   ml)};
+  return {replay_step(c, r, "route_scores", "router/outputs", {"xn", "xn8", "xsc", "rstd", "logit", "sig", "key"}, in,
+                      [&](const Inputs& x) {
+                        RouterOut o;
+                        route_scores(o, in_vec<uint16_t>(x, "a"), in_vec<uint16_t>(x, "h_in"), c.lw.ranks[size_t(r)], c.S, c.cfg);
+                        return std::map<std::string, RawTensor>{
+                            {"xn", out_tensor(DType::BF16, o.xn)},     {"xn8", out_tensor(DType::E4M3, o.xn8)},
+                            {"xsc", out_tensor(DType::E8M0, o.xsc)},   {"rstd", out_tensor(DType::F32, o.rstd)},
+                            {"logit", out_tensor(DType::F32, o.logit)}, {"sig", out_tensor(DType::F32, o.sig)},
+                            {"key", out_tensor(DType::I32, o.key)}};
+                      },
+                      ml)};
 }
 
 RouteOut route_of(const Inputs& x) {
@@ -328,45 +328,45 @@ std::vector<ReplayStep> replay_moe(const Ctx& c, int r, size_t ml) {
   std::vector<ReplayStep> steps;
   Inputs rin;
   for (const char* n : {"key", "sig"}) rin[n] = c.input(r, "moe", n);
-  steps.push_back(run_step(c, r, "routing", "moe/outputs", {"route_ids", "route_weights"}, rin,
-                           [&](const Inputs& x) {
-                             RouterOut ro;
-                             ro.key = in_vec<int32_t>(x, "key");
-                             ro.sig = in_vec<float>(x, "sig");
-                             RouteOut o;
-                             route_top4(o, ro, c.S, c.cfg);
-                             return std::map<std::string, RawTensor>{{"route_ids", out_tensor(DType::I32, o.ids)},
-                                                                     {"route_weights", out_tensor(DType::F32, o.weights)}};
-                           },
-                           ml));
+  steps.push_back(replay_step(c, r, "routing", "moe/outputs", {"route_ids", "route_weights"}, rin,
+                              [&](const Inputs& x) {
+                                RouterOut ro;
+                                ro.key = in_vec<int32_t>(x, "key");
+                                ro.sig = in_vec<float>(x, "sig");
+                                RouteOut o;
+                                route_top4(o, ro, c.S, c.cfg);
+                                return std::map<std::string, RawTensor>{{"route_ids", out_tensor(DType::I32, o.ids)},
+                                                                        {"route_weights", out_tensor(DType::F32, o.weights)}};
+                              },
+                              ml));
   Inputs uin;
   uin["route_ids"] = c.output(r, "moe/outputs", "route_ids");
   uin["route_weights"] = c.output(r, "moe/outputs", "route_weights");
   for (const char* n : {"xn8", "xsc"}) uin[n] = c.input(r, "moe", n);
-  steps.push_back(run_step(c, r, "up/gate", "moe/outputs", {"gate", "up", "mid", "mid8", "midsc"}, uin,
-                           [&](const Inputs& x) {
-                             RouterOut ro;
-                             ro.xn8 = in_vec<uint8_t>(x, "xn8");
-                             ro.xsc = in_vec<uint8_t>(x, "xsc");
-                             MoeOut o;
-                             experts_up_gate(o, route_of(x), ro, *c.lw.experts, r, c.S, c.cfg);
-                             return std::map<std::string, RawTensor>{
-                                 {"gate", out_tensor(DType::F32, o.gate)}, {"up", out_tensor(DType::F32, o.up)},
-                                 {"mid", out_tensor(DType::BF16, o.mid)},  {"mid8", out_tensor(DType::E4M3, o.mid8)},
-                                 {"midsc", out_tensor(DType::E8M0, o.midsc)}};
-                           },
-                           ml));
+  steps.push_back(replay_step(c, r, "up/gate", "moe/outputs", {"gate", "up", "mid", "mid8", "midsc"}, uin,
+                              [&](const Inputs& x) {
+                                RouterOut ro;
+                                ro.xn8 = in_vec<uint8_t>(x, "xn8");
+                                ro.xsc = in_vec<uint8_t>(x, "xsc");
+                                MoeOut o;
+                                experts_up_gate(o, route_of(x), ro, *c.lw.experts, r, c.S, c.cfg);
+                                return std::map<std::string, RawTensor>{
+                                    {"gate", out_tensor(DType::F32, o.gate)}, {"up", out_tensor(DType::F32, o.up)},
+                                    {"mid", out_tensor(DType::BF16, o.mid)},  {"mid8", out_tensor(DType::E4M3, o.mid8)},
+                                    {"midsc", out_tensor(DType::E8M0, o.midsc)}};
+                              },
+                              ml));
   Inputs din;
   for (const char* n : {"route_ids", "route_weights", "mid8", "midsc"}) din[n] = c.output(r, "moe/outputs", n);
-  steps.push_back(run_step(c, r, "down", "moe/outputs", {"partial"}, din,
-                           [&](const Inputs& x) {
-                             MoeOut o;
-                             o.mid8 = in_vec<uint8_t>(x, "mid8");
-                             o.midsc = in_vec<uint8_t>(x, "midsc");
-                             experts_down(o, route_of(x), *c.lw.experts, r, c.S, c.cfg);
-                             return std::map<std::string, RawTensor>{{"partial", out_tensor(DType::BF16, o.partial)}};
-                           },
-                           ml));
+  steps.push_back(replay_step(c, r, "down", "moe/outputs", {"partial"}, din,
+                              [&](const Inputs& x) {
+                                MoeOut o;
+                                o.mid8 = in_vec<uint8_t>(x, "mid8");
+                                o.midsc = in_vec<uint8_t>(x, "midsc");
+                                experts_down(o, route_of(x), *c.lw.experts, r, c.S, c.cfg);
+                                return std::map<std::string, RawTensor>{{"partial", out_tensor(DType::BF16, o.partial)}};
+                              },
+                              ml));
   steps.push_back(replay_all_reduce(c, r, "moe/outputs", "ar_out", c.tp > 1, c.cfg.dn_rows, ml));
   return steps;
 }

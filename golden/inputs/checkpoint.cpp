@@ -14,12 +14,12 @@
 
 namespace k4 {
 namespace fs = std::filesystem;
-using st::Dtype;
+using st::SafetensorsDtype;
 
 namespace {
 
-float load_f32(const uint8_t* p, Dtype d, uint64_t i) {
-  if (d == Dtype::BF16) {
+float load_f32(const uint8_t* p, SafetensorsDtype d, uint64_t i) {
+  if (d == SafetensorsDtype::BF16) {
     uint16_t b;
     std::memcpy(&b, p + 2 * i, 2);
     return bf16_to_f32(b);
@@ -92,7 +92,7 @@ const st::TensorView& Checkpoint::at(const std::string& name) const {
   return it->second->at(name);
 }
 
-const st::TensorView& Checkpoint::get(const std::string& name, const std::vector<Dtype>& dtypes,
+const st::TensorView& Checkpoint::get(const std::string& name, const std::vector<SafetensorsDtype>& dtypes,
                                       const std::vector<int64_t>& shape) const {
   auto it = where_.find(name);
   if (it == where_.end()) throw std::invalid_argument("checkpoint " + path_ + ": tensor '" + name + "' is missing");
@@ -126,16 +126,16 @@ ExpertNames expert_names(const Config& c, int layer, int e) {
 void load_projection(const Checkpoint& ck, const std::string& wname, const std::string& sname, int64_t R, int64_t C,
                      int64_t r0, int64_t rows, int64_t c0, int64_t cols, uint8_t* packed, uint8_t* scales) {
   const st::TensorView& w = ck.at(wname);
-  if (w.dtype == Dtype::U8) {  // MXFP4 as stored
-    ck.get(wname, {Dtype::U8}, {R, C / 2});
-    const st::TensorView& s = ck.get(sname, {Dtype::U8, Dtype::F8_E8M0}, {R, C / 32});
+  if (w.dtype == SafetensorsDtype::U8) {  // MXFP4 as stored
+    ck.get(wname, {SafetensorsDtype::U8}, {R, C / 2});
+    const st::TensorView& s = ck.get(sname, {SafetensorsDtype::U8, SafetensorsDtype::F8_E8M0}, {R, C / 32});
     for (int64_t i = 0; i < rows; ++i) {
       std::memcpy(packed + i * (cols / 2), w.data + (r0 + i) * (C / 2) + c0 / 2, size_t(cols / 2));
       std::memcpy(scales + i * (cols / 32), s.data + (r0 + i) * (C / 32) + c0 / 32, size_t(cols / 32));
     }
     return;
   }
-  ck.get(wname, {Dtype::BF16, Dtype::F32}, {R, C});  // quantized on load
+  ck.get(wname, {SafetensorsDtype::BF16, SafetensorsDtype::F32}, {R, C});  // quantized on load
   std::vector<float> x(static_cast<size_t>(cols));
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) x[size_t(j)] = load_f32(w.data, w.dtype, uint64_t((r0 + i) * C + c0 + j));
@@ -189,11 +189,11 @@ void CheckpointExpertSource::validate_all() const {
     const ExpertNames n = expert_names(c, layer_, e);
     for (int p = 0; p < 3; ++p) {
       const int64_t R = p < 2 ? TI : H, C = p < 2 ? H : TI;
-      if (ck_->at(n.w[p]).dtype == Dtype::U8) {
-        ck_->get(n.w[p], {Dtype::U8}, {R, C / 2});
-        ck_->get(n.s[p], {Dtype::U8, Dtype::F8_E8M0}, {R, C / 32});
+      if (ck_->at(n.w[p]).dtype == SafetensorsDtype::U8) {
+        ck_->get(n.w[p], {SafetensorsDtype::U8}, {R, C / 2});
+        ck_->get(n.s[p], {SafetensorsDtype::U8, SafetensorsDtype::F8_E8M0}, {R, C / 32});
       } else {
-        ck_->get(n.w[p], {Dtype::BF16, Dtype::F32}, {R, C});
+        ck_->get(n.w[p], {SafetensorsDtype::BF16, SafetensorsDtype::F32}, {R, C});
       }
     }
   }
@@ -213,17 +213,17 @@ LayerWeights load_checkpoint_layer(const std::string& path, const Config& cfg, i
   std::vector<float> bias(static_cast<size_t>(E));
   {
     const std::string n = hf::name(hf::Tensor::PostNorm, layer);
-    const st::TensorView& t = ck->get(n, {Dtype::BF16, Dtype::F32}, {H});
+    const st::TensorView& t = ck->get(n, {SafetensorsDtype::BF16, SafetensorsDtype::F32}, {H});
     for (int64_t i = 0; i < H; ++i) g_post[size_t(i)] = bf16_bits_rne(load_f32(t.data, t.dtype, uint64_t(i)));
   }
   {
     const std::string n = hf::name(hf::Tensor::Gate, layer);
-    const st::TensorView& t = ck->get(n, {Dtype::BF16, Dtype::F32}, {E, H});
+    const st::TensorView& t = ck->get(n, {SafetensorsDtype::BF16, SafetensorsDtype::F32}, {E, H});
     for (int64_t i = 0; i < E * H; ++i) w_gate[size_t(i)] = bf16_bits_rne(load_f32(t.data, t.dtype, uint64_t(i)));
   }
   {
     const std::string n = hf::name(hf::Tensor::Bias, layer);
-    const st::TensorView& t = ck->get(n, {Dtype::F32, Dtype::BF16}, {E});
+    const st::TensorView& t = ck->get(n, {SafetensorsDtype::F32, SafetensorsDtype::BF16}, {E});
     for (int64_t i = 0; i < E; ++i) bias[size_t(i)] = load_f32(t.data, t.dtype, uint64_t(i));
   }
   // o_proj
@@ -231,18 +231,18 @@ LayerWeights load_checkpoint_layer(const std::string& path, const Config& cfg, i
   const std::string on = hf::name(hf::Tensor::OProj, layer);
   const st::TensorView& ow = ck->at(on);
   for (auto& R : lw.ranks) R.w_o.resize(static_cast<size_t>(H * OK));
-  if (ow.dtype == Dtype::F8_E4M3) {
-    ck->get(on, {Dtype::F8_E4M3}, {H, TOK});
+  if (ow.dtype == SafetensorsDtype::F8_E4M3) {
+    ck->get(on, {SafetensorsDtype::F8_E4M3}, {H, TOK});
     const std::string sn = hf::name(hf::Tensor::OProjScale, layer);
     const st::TensorView& sv = ck->at(sn);
-    if (sv.shape == std::vector<int64_t>{H, 1}) ck->get(sn, {Dtype::F32}, {H, 1});
-    else ck->get(sn, {Dtype::F32}, {H});
-    for (int64_t i = 0; i < H; ++i) s_o[size_t(i)] = load_f32(sv.data, Dtype::F32, uint64_t(i));
+    if (sv.shape == std::vector<int64_t>{H, 1}) ck->get(sn, {SafetensorsDtype::F32}, {H, 1});
+    else ck->get(sn, {SafetensorsDtype::F32}, {H});
+    for (int64_t i = 0; i < H; ++i) s_o[size_t(i)] = load_f32(sv.data, SafetensorsDtype::F32, uint64_t(i));
     for (int r = 0; r < c.tp; ++r)
       for (int64_t i = 0; i < H; ++i)
         std::memcpy(lw.ranks[size_t(r)].w_o.data() + i * OK, ow.data + i * TOK + r * OK, size_t(OK));
   } else {
-    ck->get(on, {Dtype::BF16, Dtype::F32}, {H, TOK});
+    ck->get(on, {SafetensorsDtype::BF16, SafetensorsDtype::F32}, {H, TOK});
     // An exception must not leave an OpenMP region (std::terminate): each row's error is kept
     // and the first row's is thrown after the loop.
     std::vector<std::string> errors(static_cast<size_t>(H));

@@ -32,7 +32,7 @@ class Checkpoint {
   const std::string& path() const { return path_; }
   bool has(const std::string& name) const { return where_.count(name) != 0; }
   const st::TensorView& at(const std::string& name) const;
-  const st::TensorView& get(const std::string& name, const std::vector<st::Dtype>& dtypes,
+  const st::TensorView& get(const std::string& name, const std::vector<st::SafetensorsDtype>& dtypes,
                             const std::vector<int64_t>& shape) const;
 
  private:

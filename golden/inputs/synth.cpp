@@ -199,7 +199,7 @@ namespace {
 enum class Gen { Fp4, ExpertScale, E4m3, RowScale, NormalBf16, NormalF32 };
 struct Item {
   std::string name;
-  st::Dtype dtype;
+  st::SafetensorsDtype dtype;
   std::vector<int64_t> shape;
   Gen gen;
   double sigma = 0;
@@ -214,20 +214,20 @@ std::vector<Item> items(const Config& c, int layer) {
   const int64_t H = c.hidden, TOK = int64_t(c.tp) * c.o_k(), E = c.n_routed, TI = int64_t(c.tp) * c.inter;
   using T = hf::Tensor;
   std::vector<Item> v = {
-      {hf::name(T::PostNorm, layer), st::Dtype::BF16, {H}, Gen::NormalBf16, kNormSigma},
-      {hf::name(T::OProj, layer), st::Dtype::F8_E4M3, {H, TOK}, Gen::E4m3},
-      {hf::name(T::OProjScale, layer), st::Dtype::F32, {H}, Gen::RowScale},
-      {hf::name(T::Gate, layer), st::Dtype::BF16, {E, H}, Gen::NormalBf16, kGateSigma},
-      {hf::name(T::Bias, layer), st::Dtype::F32, {E}, Gen::NormalF32, kBiasSigma},
+      {hf::name(T::PostNorm, layer), st::SafetensorsDtype::BF16, {H}, Gen::NormalBf16, kNormSigma},
+      {hf::name(T::OProj, layer), st::SafetensorsDtype::F8_E4M3, {H, TOK}, Gen::E4m3},
+      {hf::name(T::OProjScale, layer), st::SafetensorsDtype::F32, {H}, Gen::RowScale},
+      {hf::name(T::Gate, layer), st::SafetensorsDtype::BF16, {E, H}, Gen::NormalBf16, kGateSigma},
+      {hf::name(T::Bias, layer), st::SafetensorsDtype::F32, {E}, Gen::NormalF32, kBiasSigma},
   };
   for (int e = 0; e <= c.n_routed; ++e) {
     const bool sh = e == c.shared_expert();
-    v.push_back({hf::name(T::W1, layer, e, sh), st::Dtype::U8, {TI, H / 2}, Gen::Fp4});
-    v.push_back({hf::name(T::W1Scale, layer, e, sh), st::Dtype::U8, {TI, H / 32}, Gen::ExpertScale});
-    v.push_back({hf::name(T::W3, layer, e, sh), st::Dtype::U8, {TI, H / 2}, Gen::Fp4});
-    v.push_back({hf::name(T::W3Scale, layer, e, sh), st::Dtype::U8, {TI, H / 32}, Gen::ExpertScale});
-    v.push_back({hf::name(T::W2, layer, e, sh), st::Dtype::U8, {H, TI / 2}, Gen::Fp4});
-    v.push_back({hf::name(T::W2Scale, layer, e, sh), st::Dtype::U8, {H, TI / 32}, Gen::ExpertScale});
+    v.push_back({hf::name(T::W1, layer, e, sh), st::SafetensorsDtype::U8, {TI, H / 2}, Gen::Fp4});
+    v.push_back({hf::name(T::W1Scale, layer, e, sh), st::SafetensorsDtype::U8, {TI, H / 32}, Gen::ExpertScale});
+    v.push_back({hf::name(T::W3, layer, e, sh), st::SafetensorsDtype::U8, {TI, H / 2}, Gen::Fp4});
+    v.push_back({hf::name(T::W3Scale, layer, e, sh), st::SafetensorsDtype::U8, {TI, H / 32}, Gen::ExpertScale});
+    v.push_back({hf::name(T::W2, layer, e, sh), st::SafetensorsDtype::U8, {H, TI / 2}, Gen::Fp4});
+    v.push_back({hf::name(T::W2Scale, layer, e, sh), st::SafetensorsDtype::U8, {H, TI / 32}, Gen::ExpertScale});
   }
   return v;
 }

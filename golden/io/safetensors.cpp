@@ -18,29 +18,29 @@ namespace k4::st {
 namespace {
 
 struct DtypeInfo {
-  Dtype d;
+  SafetensorsDtype d;
   const char* name;
   size_t size;
 };
 const DtypeInfo kDtypes[] = {
-    {Dtype::BOOL, "BOOL", 1}, {Dtype::U8, "U8", 1},           {Dtype::I8, "I8", 1},
-    {Dtype::F8_E4M3, "F8_E4M3", 1}, {Dtype::F8_E5M2, "F8_E5M2", 1}, {Dtype::F8_E8M0, "F8_E8M0", 1},
-    {Dtype::I16, "I16", 2},   {Dtype::U16, "U16", 2},         {Dtype::F16, "F16", 2},
-    {Dtype::BF16, "BF16", 2}, {Dtype::I32, "I32", 4},         {Dtype::U32, "U32", 4},
-    {Dtype::F32, "F32", 4},   {Dtype::F64, "F64", 8},         {Dtype::I64, "I64", 8},
-    {Dtype::U64, "U64", 8},
+    {SafetensorsDtype::BOOL, "BOOL", 1}, {SafetensorsDtype::U8, "U8", 1},           {SafetensorsDtype::I8, "I8", 1},
+    {SafetensorsDtype::F8_E4M3, "F8_E4M3", 1}, {SafetensorsDtype::F8_E5M2, "F8_E5M2", 1}, {SafetensorsDtype::F8_E8M0, "F8_E8M0", 1},
+    {SafetensorsDtype::I16, "I16", 2},   {SafetensorsDtype::U16, "U16", 2},         {SafetensorsDtype::F16, "F16", 2},
+    {SafetensorsDtype::BF16, "BF16", 2}, {SafetensorsDtype::I32, "I32", 4},         {SafetensorsDtype::U32, "U32", 4},
+    {SafetensorsDtype::F32, "F32", 4},   {SafetensorsDtype::F64, "F64", 8},         {SafetensorsDtype::I64, "I64", 8},
+    {SafetensorsDtype::U64, "U64", 8},
 };
 
 constexpr uint64_t kMaxHeader = 100u << 20;  // safetensors' own limit
 
 }  // namespace
 
-const char* dtype_name(Dtype d) {
+const char* dtype_name(SafetensorsDtype d) {
   for (const DtypeInfo& i : kDtypes)
     if (i.d == d) return i.name;
   return "?";
 }
-bool dtype_from_name(const std::string& s, Dtype& out) {
+bool dtype_from_name(const std::string& s, SafetensorsDtype& out) {
   for (const DtypeInfo& i : kDtypes)
     if (s == i.name) {
       out = i.d;
@@ -48,7 +48,7 @@ bool dtype_from_name(const std::string& s, Dtype& out) {
     }
   return false;
 }
-size_t dtype_size(Dtype d) {
+size_t dtype_size(SafetensorsDtype d) {
   for (const DtypeInfo& i : kDtypes)
     if (i.d == d) return i.size;
   return 0;
@@ -178,12 +178,12 @@ const TensorView& File::at(const std::string& name) const {
   return it->second;
 }
 
-const TensorView& File::get(const std::string& name, const std::vector<Dtype>& dtypes,
+const TensorView& File::get(const std::string& name, const std::vector<SafetensorsDtype>& dtypes,
                             const std::vector<int64_t>& shape) const {
   const TensorView& v = at(name);
   bool ok = false;
   std::string want;
-  for (Dtype d : dtypes) {
+  for (SafetensorsDtype d : dtypes) {
     ok = ok || d == v.dtype;
     want += (want.empty() ? "" : " or ") + std::string(dtype_name(d));
   }
@@ -201,7 +201,7 @@ const TensorView& File::get(const std::string& name, const std::vector<Dtype>& d
 struct Writer::Impl {
   struct Decl {
     std::string name;
-    Dtype dtype;
+    SafetensorsDtype dtype;
     std::vector<int64_t> shape;
     uint64_t bytes;
   };
@@ -227,7 +227,7 @@ struct Writer::Impl {
 Writer::Writer(const std::string& path, bool overwrite) : p_(std::make_unique<Impl>(path, overwrite)) {}
 Writer::~Writer() = default;
 
-void Writer::declare(const std::string& name, Dtype dtype, const std::vector<int64_t>& shape) {
+void Writer::declare(const std::string& name, SafetensorsDtype dtype, const std::vector<int64_t>& shape) {
   if (p_->begun) throw std::logic_error("safetensors writer: declare after begin");
   uint64_t n = dtype_size(dtype);
   for (int64_t d : shape) n *= uint64_t(d);

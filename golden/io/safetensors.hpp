@@ -18,14 +18,15 @@
 
 namespace k4::st {
 
-enum class Dtype { BOOL, U8, I8, F8_E4M3, F8_E5M2, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64 };
-const char* dtype_name(Dtype d);
-bool dtype_from_name(const std::string& s, Dtype& out);
-size_t dtype_size(Dtype d);
+// A safetensors header dtype (the file format's names; golden::DType is a golden tensor's).
+enum class SafetensorsDtype { BOOL, U8, I8, F8_E4M3, F8_E5M2, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64 };
+const char* dtype_name(SafetensorsDtype d);
+bool dtype_from_name(const std::string& s, SafetensorsDtype& out);
+size_t dtype_size(SafetensorsDtype d);
 
 struct TensorView {
   std::string name;
-  Dtype dtype;
+  SafetensorsDtype dtype;
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;  // inside the mapping (may be unaligned)
   uint64_t nbytes = 0;
@@ -46,7 +47,7 @@ class File {
   // Any entry, unchecked beyond the header validation.
   const TensorView& at(const std::string& name) const;
   // Checked: the tensor exists, its dtype is one of `dtypes`, its shape equals `shape`.
-  const TensorView& get(const std::string& name, const std::vector<Dtype>& dtypes,
+  const TensorView& get(const std::string& name, const std::vector<SafetensorsDtype>& dtypes,
                         const std::vector<int64_t>& shape) const;
 
  private:
@@ -64,7 +65,7 @@ class Writer {
  public:
   Writer(const std::string& path, bool overwrite);
   ~Writer();
-  void declare(const std::string& name, Dtype dtype, const std::vector<int64_t>& shape);
+  void declare(const std::string& name, SafetensorsDtype dtype, const std::vector<int64_t>& shape);
   void set_metadata(const std::string& key, const std::string& value);
   // Writes the header; after it only write() and finish().
   void begin();

@@ -203,8 +203,8 @@ void select_long_candidates(int32_t* keys16, int32_t* blocks16, const Config& cf
 }
 
 void select_blocks(IndexOut& out, const StepShared& in, const Config& cfg) {
-  const int S = in.tokens, W = cfg.sparse_table_words();
-  out.sparse_table.assign(size_t(S) * W, 0);
+  const int S = in.tokens, TW = cfg.sparse_table_words();
+  out.sparse_table.assign(size_t(S) * TW, 0);
   out.blocks.assign(size_t(S) * cfg.topk_blocks, -1);
   out.n_ctx.assign(S, 0);
   out.long_row.assign(S, 0);
@@ -226,8 +226,8 @@ void select_blocks(IndexOut& out, const StepShared& in, const Config& cfg) {
       place(p, cfg, key, blk, rank, live, 16, kt, rows[k].n_blk, rows[k].ctx,
             in.block_table.data() + size_t(k) * in.bt_width);
     }
-    std::copy(p.table, p.table + W - 1, out.sparse_table.begin() + size_t(k) * W);
-    out.sparse_table[size_t(k) * W + W - 1] = p.n_ctx;
+    std::copy(p.table, p.table + TW - 1, out.sparse_table.begin() + size_t(k) * TW);
+    out.sparse_table[size_t(k) * TW + TW - 1] = p.n_ctx;
     std::copy(p.blocks, p.blocks + cfg.topk_blocks, out.blocks.begin() + size_t(k) * cfg.topk_blocks);
     out.n_ctx[k] = p.n_ctx;
     out.long_row[k] = rows[k].long_path;

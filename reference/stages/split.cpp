@@ -136,7 +136,7 @@ void split_task(SplitOut& out, const StepRank& rk, const int32_t* table, int n_c
 }  // namespace
 
 void split_attention(SplitOut& out, const StepShared& sh, const StepRank& rk, const IndexOut& idx, const Config& cfg) {
-  const int S = sh.tokens, OK = cfg.o_k(), NS = cfg.n_split, W = cfg.sparse_table_words();
+  const int S = sh.tokens, OK = cfg.o_k(), NS = cfg.n_split, TW = cfg.sparse_table_words();
   out.q8.assign(size_t(S) * OK, 0);
   out.o.assign(size_t(S) * NS * OK, 0);
   out.m.assign(size_t(S) * NS * kHeads, 0.0f);
@@ -146,8 +146,8 @@ void split_attention(SplitOut& out, const StepShared& sh, const StepRank& rk, co
 #pragma omp parallel for schedule(dynamic)
   for (int task = 0; task < S * NS; ++task) {
     const int tok = task / NS, t = task % NS;
-    const int32_t* table = idx.sparse_table.data() + size_t(tok) * W;
-    split_task(out, rk, table, table[W - 1], out.q8.data() + size_t(tok) * OK, tok, t, cfg);
+    const int32_t* table = idx.sparse_table.data() + size_t(tok) * TW;
+    split_task(out, rk, table, table[TW - 1], out.q8.data() + size_t(tok) * OK, tok, t, cfg);
   }
 }
 

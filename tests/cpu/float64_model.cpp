@@ -281,7 +281,7 @@ std::string diff_step(const StepResult& a, const StepResult& b) {
 // n_ctx counts the keys of the selected blocks (the tail's ctx - 128 tail).
 Report check_index(const Config& cfg, const StepShared& sh, const IndexOut& idx) {
   Cmp cb("index.blocks"), ct("index.sparse_table"), cn("index.n_ctx"), cl("index.long_row");
-  const int S = sh.tokens, TB = cfg.topk_blocks, PPB = cfg.pages_per_block(), W = TB * PPB + 1;
+  const int S = sh.tokens, TB = cfg.topk_blocks, PPB = cfg.pages_per_block(), TW = TB * PPB + 1;
   std::vector<int> ctx(S), nblk(S);
   std::vector<bool> lng(S);
   for (int k = 0; k < S; ++k) ctx[k] = std::max(sh.seq_lens[k], 1), nblk[k] = (ctx[k] + cfg.sparse_block - 1) / cfg.sparse_block;
@@ -315,12 +315,12 @@ Report check_index(const Config& cfg, const StepShared& sh, const IndexOut& idx)
     if (tail_sel) slots.push_back(tail);
     int keys = 0;
     for (int b : slots) keys += b == tail ? ctx[k] - tail * cfg.sparse_block : cfg.sparse_block;
-    std::vector<int32_t> table(W, 0);
+    std::vector<int32_t> table(TW, 0);
     for (int s = 0; s < int(slots.size()); ++s)
       for (int j = 0; j < PPB; ++j) table[s * PPB + j] = sh.block_table[size_t(k) * sh.bt_width + slots[s]] * cfg.kv_page_stride + j;
-    table[W - 1] = keys;
+    table[TW - 1] = keys;
     for (int s = 0; s < TB; ++s) cb.exact(size_t(k) * TB + s, idx.blocks[size_t(k) * TB + s], s < int(slots.size()) ? slots[s] : -1);
-    for (int i = 0; i < W; ++i) ct.exact(size_t(k) * W + i, idx.sparse_table[size_t(k) * W + i], table[i]);
+    for (int i = 0; i < TW; ++i) ct.exact(size_t(k) * TW + i, idx.sparse_table[size_t(k) * TW + i], table[i]);
     cn.exact(k, idx.n_ctx[k], keys);
     cl.exact(k, idx.long_row[k], lng[k] ? 1 : 0);
   }
@@ -337,7 +337,7 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
   serial_eigen();
   Cmp cq("split.q8"), cm("split.m"), cl("split.l"), co("split.o"), col("split.o_loose");
   const int S = sh.tokens, OK = cfg.o_k(), H = cfg.heads, D = cfg.head_dim, NS = cfg.n_split, PG = cfg.page;
-  const int KEYS = cfg.split_keys(), W = cfg.sparse_table_words(), PPP = KEYS / PG;
+  const int KEYS = cfg.split_keys(), TW = cfg.sparse_table_words(), PPP = KEYS / PG;
   const size_t page_bytes = size_t(PG) * D;
   // q8: the nearest E4M3, NaN code beyond 464 (NoSaturate)
   for (size_t i = 0; i < sp.q8.size(); ++i) cq.exact(i, sp.q8[i], e4m3_nearest(bf16(rk.q[i]), false));
@@ -346,8 +346,8 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
     Mat Q(H, D), Qa(H, D);
     for (int h = 0; h < H; ++h)
       for (int d = 0; d < D; ++d) Q(h, d) = dec8(sp.q8[size_t(tok) * OK + h * D + d]), Qa(h, d) = std::fabs(Q(h, d));
-    const int32_t* table = idx.sparse_table.data() + size_t(tok) * W;
-    const int n_ctx = table[W - 1];
+    const int32_t* table = idx.sparse_table.data() + size_t(tok) * TW;
+    const int n_ctx = table[TW - 1];
     for (int t = 0; t < NS; ++t) {
       const size_t ts = size_t(tok) * NS + t;
       std::vector<int> keys;

@@ -156,7 +156,7 @@ void poke_i32(const std::string& path, const std::string& ds, const std::functio
 
 struct StTensor {
   std::string name;
-  st::Dtype dtype;
+  st::SafetensorsDtype dtype;
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 };
@@ -391,7 +391,7 @@ TEST_CASE("bad input: checkpoint tensor of the wrong dtype") {
   NEED_WORLD();
   Case c;
   std::vector<StTensor> ts = read_checkpoint(W.ckpt);
-  tensor(ts, hf::name(hf::Tensor::Gate, 0)).dtype = st::Dtype::I16;  // same bytes, another dtype
+  tensor(ts, hf::name(hf::Tensor::Gate, 0)).dtype = st::SafetensorsDtype::I16;  // same bytes, another dtype
   const std::string k = c.path("w.safetensors");
   write_checkpoint(k, ts);
   expect_bad(c.k4(ckpt_args(k, c.path("x.h5"))),
@@ -428,7 +428,7 @@ TEST_CASE("bad input: checkpoint BF16 o_proj with a NaN (quantized on load; was 
   Case c;
   std::vector<StTensor> ts = read_checkpoint(W.ckpt);
   StTensor& o = tensor(ts, hf::name(hf::Tensor::OProj, 0));
-  o.dtype = st::Dtype::BF16;
+  o.dtype = st::SafetensorsDtype::BF16;
   std::vector<uint16_t> v(size_t(o.shape[0] * o.shape[1]), uint16_t(0x3F80));
   v[size_t(5 * o.shape[1] + 17)] = 0x7FC0;  // [5, 17] NaN
   o.bytes.assign(reinterpret_cast<const uint8_t*>(v.data()), reinterpret_cast<const uint8_t*>(v.data()) + v.size() * 2);
@@ -446,7 +446,7 @@ TEST_CASE("bad input: checkpoint BF16 shared expert with an Inf (quantized when 
   const std::string w1 = hf::name(hf::Tensor::W1, 0, W.cfg.shared_expert(), true);
   StTensor& t = tensor(ts, w1);
   const int64_t R = int64_t(W.cfg.tp) * W.cfg.inter, C = W.cfg.hidden;
-  t.dtype = st::Dtype::BF16;
+  t.dtype = st::SafetensorsDtype::BF16;
   t.shape = {R, C};
   std::vector<uint16_t> v(size_t(R * C), uint16_t(0x3F00));
   v[size_t(3 * C + 40)] = 0x7F80;  // [3, 40] +Inf

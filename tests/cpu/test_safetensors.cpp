@@ -62,10 +62,10 @@ TEST_CASE("safetensors writer and reader round trip: dtypes, shapes, metadata, 8
   TempDir t;
   const std::string p = t.path("a.safetensors");
   st::Writer w(p, false);
-  w.declare("x.bf16", st::Dtype::BF16, {2, 3});
-  w.declare("y.u8", st::Dtype::U8, {5});
-  w.declare("z.f32", st::Dtype::F32, {1});
-  w.declare("empty", st::Dtype::F8_E4M3, {0, 4});
+  w.declare("x.bf16", st::SafetensorsDtype::BF16, {2, 3});
+  w.declare("y.u8", st::SafetensorsDtype::U8, {5});
+  w.declare("z.f32", st::SafetensorsDtype::F32, {1});
+  w.declare("empty", st::SafetensorsDtype::F8_E4M3, {0, 4});
   w.set_metadata("format", "test");
   w.begin();
   const uint16_t x[6] = {1, 2, 3, 4, 5, 0xFFFF};
@@ -79,10 +79,10 @@ TEST_CASE("safetensors writer and reader round trip: dtypes, shapes, metadata, 8
   st::File f(p);
   CHECK(f.metadata().at("format") == "test");
   CHECK(f.names().size() == 4);
-  const st::TensorView& a = f.get("x.bf16", {st::Dtype::BF16}, {2, 3});
+  const st::TensorView& a = f.get("x.bf16", {st::SafetensorsDtype::BF16}, {2, 3});
   CHECK(std::memcmp(a.data, x, 12) == 0);
   CHECK((a.data - f.at("x.bf16").data) == 0);
-  const st::TensorView& b = f.get("y.u8", {st::Dtype::U8, st::Dtype::F8_E8M0}, {5});
+  const st::TensorView& b = f.get("y.u8", {st::SafetensorsDtype::U8, st::SafetensorsDtype::F8_E8M0}, {5});
   CHECK(std::memcmp(b.data, y, 5) == 0);
   float zz;
   std::memcpy(&zz, f.at("z.f32").data, 4);
@@ -100,7 +100,7 @@ TEST_CASE("safetensors writer: refuses to overwrite, removes its temporary when 
   const std::string p = t.path("a.safetensors");
   {
     st::Writer w(p, false);
-    w.declare("a", st::Dtype::U8, {4});
+    w.declare("a", st::SafetensorsDtype::U8, {4});
     w.begin();
     const uint8_t b[2] = {1, 2};
     w.write(b, 2);
@@ -109,7 +109,7 @@ TEST_CASE("safetensors writer: refuses to overwrite, removes its temporary when 
   CHECK(t.entries() == 0);
   {
     st::Writer w(p, false);
-    w.declare("a", st::Dtype::U8, {1});
+    w.declare("a", st::SafetensorsDtype::U8, {1});
     w.begin();
     const uint8_t b = 1;
     w.write(&b, 1);
@@ -162,11 +162,11 @@ TEST_CASE("safetensors reader: each header corruption gives its message") {
   SUBCASE("wrong dtype, wrong shape, missing tensor at get()") {
     write_raw(p, ok, std::string(8, '\0'));
     st::File f(p);
-    CHECK_THROWS_WITH_AS(f.get("a", {st::Dtype::BF16}, {2}),
+    CHECK_THROWS_WITH_AS(f.get("a", {st::SafetensorsDtype::BF16}, {2}),
                          ("safetensors " + p + ": tensor 'a' has dtype F32, expected BF16").c_str(), std::invalid_argument);
-    CHECK_THROWS_WITH_AS(f.get("a", {st::Dtype::F32}, {1, 2}),
+    CHECK_THROWS_WITH_AS(f.get("a", {st::SafetensorsDtype::F32}, {1, 2}),
                          ("safetensors " + p + ": tensor 'a' has shape [2], expected [1, 2]").c_str(), std::invalid_argument);
-    CHECK_THROWS_WITH_AS(f.get("b", {st::Dtype::F32}, {2}), doctest::Contains("tensor 'b' is missing"),
+    CHECK_THROWS_WITH_AS(f.get("b", {st::SafetensorsDtype::F32}, {2}), doctest::Contains("tensor 'b' is missing"),
                          std::invalid_argument);
   }
 }
@@ -253,8 +253,8 @@ TEST_CASE("BF16 checkpoint forms are quantized on load by the documented rules, 
   }
   {
     st::Writer w(p, false);
-    for (const Item& it : items) w.declare(it.name, st::Dtype::BF16, it.shape);
-    w.declare(hf::name(T::Bias, 0), st::Dtype::F32, {E});
+    for (const Item& it : items) w.declare(it.name, st::SafetensorsDtype::BF16, it.shape);
+    w.declare(hf::name(T::Bias, 0), st::SafetensorsDtype::F32, {E});
     w.begin();
     for (const Item& it : items) {
       uint64_t n = 1;
@@ -310,7 +310,7 @@ TEST_CASE("checkpoint loader: a missing or malformed tensor is named") {
   const std::string p = t.path("part.safetensors");
   {
     st::Writer w(p, false);
-    w.declare(hf::name(hf::Tensor::PostNorm, 0), st::Dtype::BF16, {cfg.hidden + 1});
+    w.declare(hf::name(hf::Tensor::PostNorm, 0), st::SafetensorsDtype::BF16, {cfg.hidden + 1});
     w.begin();
     std::vector<uint16_t> v(static_cast<size_t>(cfg.hidden + 1), 0);
     w.write(v.data(), v.size() * 2);

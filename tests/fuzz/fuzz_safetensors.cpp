@@ -61,7 +61,7 @@ void check_file(const st::File& f, uint64_t file_size) {
     // get() with its own dtype and shape succeeds ...
     f.get(n, {v.dtype}, v.shape);
     // ... and with another dtype or shape says so.
-    const st::Dtype other = v.dtype == st::Dtype::U8 ? st::Dtype::BF16 : st::Dtype::U8;
+    const st::SafetensorsDtype other = v.dtype == st::SafetensorsDtype::U8 ? st::SafetensorsDtype::BF16 : st::SafetensorsDtype::U8;
     bool threw = false;
     try {
       f.get(n, {other}, v.shape);

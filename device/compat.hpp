@@ -29,6 +29,8 @@
 #define K4_WARP_SIZE 64
 #define K4_PLATFORM_NAME "hip"
 
+inline hipError_t k4_graph_instantiate(hipGraphExec_t* e, hipGraph_t g) { return hipGraphInstantiate(e, g, nullptr, nullptr, 0); }
+
 template <class T>
 __device__ inline T k4_shfl_xor(T v, int lane_mask, int width = K4_WARP_SIZE) { return __shfl_xor(v, lane_mask, width); }
 template <class T>
@@ -110,6 +112,17 @@ using hipMemcpyKind = cudaMemcpyKind;
 #define hipEventQuery cudaEventQuery
 
 // Launch. hipLaunchKernelGGL(kernel, grid, block, shared_bytes, stream, args...).
+using hipGraph_t = cudaGraph_t;
+using hipGraphExec_t = cudaGraphExec_t;
+#define hipStreamCaptureModeGlobal cudaStreamCaptureModeGlobal
+#define hipStreamBeginCapture cudaStreamBeginCapture
+#define hipStreamEndCapture cudaStreamEndCapture
+#define hipGraphLaunch cudaGraphLaunch
+#define hipGraphExecDestroy cudaGraphExecDestroy
+#define hipGraphDestroy cudaGraphDestroy
+#define hipGraphGetNodes cudaGraphGetNodes
+inline cudaError_t k4_graph_instantiate(cudaGraphExec_t* e, cudaGraph_t g) { return cudaGraphInstantiate(e, g, 0); }
+
 #define hipLaunchKernelGGL(kernel, grid, block, shmem, stream, ...) \
   (kernel)<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
 

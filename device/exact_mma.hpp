@@ -113,8 +113,9 @@ constexpr uint32_t kTqLo = 0xfdfeff00u, kTqHi = 0xf4f8fafcu;  // {0, -1, -2, -3,
 // 4 codes (the low 4 nibbles of `codes`) -> P and Q words, byte i from nibble i.
 K4_HD void e2m1_pq4(uint32_t codes, uint32_t& p, uint32_t& q) {
 #if defined(__CUDA_ARCH__)
-  p = __byte_perm(kTpLo, kTpHi, codes);
-  q = __byte_perm(kTqLo, kTqHi, codes ^ 0x8888u);
+  // prmt.b32 in its default mode: a selector nibble's bit 3 replicates the sign (PTX ISA)
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(p) : "r"(kTpLo), "r"(kTpHi), "r"(codes));
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(q) : "r"(kTqLo), "r"(kTqHi), "r"(codes ^ 0x8888u));
 #else
   p = prmt(kTpLo, kTpHi, codes & 0xFFFFu);
   q = prmt(kTqLo, kTqHi, (codes ^ 0x8888u) & 0xFFFFu);

@@ -321,6 +321,8 @@ struct DownBody {
       for (int k = kg; k < S; k += kTokenGroups) {
         const int32_t* idk = ids + size_t(k) * SL;
         auto unit = [&](int s, int kc) {
+          if (a.units != nullptr)  // the fast path's tensor-core units (moe_fast.cu)
+            return a.units[(((size_t(r) * S + k) * SL + s) * HID + row) * KC + kc];
           const int e = slot_expert(idk, s, cfg);
           return down_unit(w2_row(e, row), s2_row(e, row), kc, mid8 + (size_t(k) * SL + s) * I,
                            midsc + (size_t(k) * SL + s) * IB, dec, fp4);
@@ -380,6 +382,11 @@ struct DownBody {
 void launch_route_top4(const RouteArgs& a, hipStream_t s) {
   if (a.cfg.top_k != 4 || a.cfg.n_routed > 128) throw std::invalid_argument("route_top4: needs top_k 4, <= 128 experts");
   launch(RouteBody{a}, Grid{1, a.ranks, 1}, 32, 0, s);
+}
+
+void launch_expert_list(const UpGateArgs& a, hipStream_t s) {
+  const size_t list_smem = SmemSize().add<int32_t>(kMaxTokens * kMaxSlots).add<uint8_t>(a.cfg.n_experts).used;
+  launch(ExpertListBody{a}, Grid{1, a.ranks, 1}, 256, list_smem, s);
 }
 
 void launch_experts_up_gate(const UpGateArgs& a, hipStream_t s) {

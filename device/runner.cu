@@ -9,6 +9,7 @@
 #include "device/runner.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -17,6 +18,7 @@
 #include <variant>
 
 #include "device/stages.hpp"
+#include "device/weight_layout.hpp"
 #include "golden/format/tensors.hpp"
 
 namespace k4::gpu {
@@ -58,19 +60,21 @@ class Experts {
   void reset(int ranks, int n_experts) {
     W_ = ranks, n_exp_ = n_experts;
     have_.clear();
-    for (auto* h : {&h_w13_, &h_s13_, &h_w2_, &h_s2_}) h->assign(size_t(W_) * n_exp_, nullptr);
+    for (auto* h : {&h_w13_, &h_s13_, &h_w2_, &h_s2_, &h_w13f_, &h_w2f_}) h->assign(size_t(W_) * n_exp_, nullptr);
     dirty_ = true;
   }
   // Uploads every expert ids (W, S, slots) addresses; src_rank[r]: the shard table rank r holds.
+  // frag: also the fragment-order copies of w13 and w2 the fast path reads (weight_layout.hpp).
   void ensure(const ExpertSource& src, const Config& cfg, const std::vector<int>& src_rank,
-              const std::vector<int32_t>& ids, int S) {
+              const std::vector<int32_t>& ids, int S, bool frag = false) {
     const int SL = cfg.moe_slots();
     for (int r = 0; r < W_; ++r)
       for (int ks = 0; ks < S * SL; ++ks) {
         int e = ids[size_t(r) * S * SL + ks];
         e = std::min(e, n_exp_ - 1);
         if (e < 0) throw std::runtime_error("device routing produced expert id " + std::to_string(e));
-        if (have_.count({r, e})) continue;
+        const auto have = have_.find({r, e});
+        if (have != have_.end() && (!frag || have->second.w13f.size() > 0)) continue;
         const size_t H = cfg.hidden, I = cfg.inter;
         const std::string name = "expert " + std::to_string(e) + " of rank " + std::to_string(src_rank[r]);
         std::shared_ptr<const ExpertWeights> ew;
@@ -87,24 +91,31 @@ class Experts {
         upload(d.w13, ew->w13), upload(d.s13, ew->s13), upload(d.w2, ew->w2), upload(d.s2, ew->s2);
         const size_t i = size_t(r) * n_exp_ + e;
         h_w13_[i] = d.w13.get(), h_s13_[i] = d.s13.get(), h_w2_[i] = d.w2.get(), h_s2_[i] = d.s2.get();
+        if (frag) {
+          upload(d.w13f, to_fragment_order(ew->w13, H / 2)), upload(d.w2f, to_fragment_order(ew->w2, I / 2));
+          h_w13f_[i] = d.w13f.get(), h_w2f_[i] = d.w2f.get();
+        }
         dirty_ = true;
       }
     if (dirty_) {
       upload(d_w13_, h_w13_), upload(d_s13_, h_s13_), upload(d_w2_, h_w2_), upload(d_s2_, h_s2_);
+      upload(d_w13f_, h_w13f_), upload(d_w2f_, h_w2f_);
       dirty_ = false;
     }
   }
   ExpertTable table() const { return ExpertTable{d_w13_.get(), d_s13_.get(), d_w2_.get(), d_s2_.get()}; }
+  // the fast path's: w13 and w2 in fragment order (nullptr where not uploaded: the kernels flag it)
+  ExpertTable fast_table() const { return ExpertTable{d_w13f_.get(), d_s13_.get(), d_w2f_.get(), d_s2_.get()}; }
 
  private:
   struct Dev {
-    DeviceBuffer<uint8_t> w13, s13, w2, s2;
+    DeviceBuffer<uint8_t> w13, s13, w2, s2, w13f, w2f;
   };
   int W_ = 0, n_exp_ = 0;
   bool dirty_ = true;
   std::map<std::pair<int, int>, Dev> have_;
-  std::vector<const uint8_t*> h_w13_, h_s13_, h_w2_, h_s2_;
-  DeviceBuffer<const uint8_t*> d_w13_, d_s13_, d_w2_, d_s2_;
+  std::vector<const uint8_t*> h_w13_, h_s13_, h_w2_, h_s2_, h_w13f_, h_w2f_;
+  DeviceBuffer<const uint8_t*> d_w13_, d_s13_, d_w2_, d_s2_, d_w13f_, d_w2f_;
 };
 
 }  // namespace
@@ -137,6 +148,14 @@ struct Runner::Impl {
   DeviceBuffer<uint16_t> o, attn, partial, recv_attn, a, h_mid, xn, mid, ffn_partial, recv_ffn, ar_out;
   DeviceBuffer<float> m, l, x_scale, rstd, logit, sig, weights, gate, up;
   DeviceBuffer<int32_t> key, ids, ulist;
+  // the fast path (moe_fast.cu): B-fragment limbs of xn8 and mid8, their NaN flags, the down
+  // units, the missing-expert flag
+  bool fast = false;
+  hipStream_t st = 0;  // every launch's stream (a capture stream while a graph is recorded)
+  DeviceBuffer<uint32_t> xlimbs, mlimbs;
+  DeviceBuffer<uint8_t> xnan, mnan;
+  DeviceBuffer<float> units;
+  DeviceBuffer<int> missing;
 
   explicit Impl(const LayerWeights& w) : cfg(w.cfg), dc(dev_cfg(w.cfg)), W(w.cfg.tp), src(w.experts) {
     cfg.validate();
@@ -203,41 +222,53 @@ struct Runner::Impl {
     midsc.resize(WS * SL * I / 32), ulist.resize(size_t(W) * (cfg.n_experts() + 1));
     ffn_partial.resize(WS * H), recv_ffn.resize(size_t(W) * WS * H), ar_out.resize(WS * H);
     n_ctx_host.clear();
+    int path = opt.moe_path;
+    if (path < 0) {
+      const char* env = std::getenv("K4_FAST");
+      path = env != nullptr && env[0] == '1' ? 1 : 0;
+    }
+    fast = path == 1 && fast_moe_supported(dc, S);
+    if (fast) {
+      xlimbs.resize(WS * H / 32 * 24), xnan.resize(WS * H / 32);
+      mlimbs.resize(WS * SL * I / 32 * 24), mnan.resize(WS * SL * I / 32);
+      units.resize(WS * SL * H * (I / 128)), missing.resize(1);
+      K4_HIP_CHECK(hipMemset(missing.get(), 0, sizeof(int)));
+    }
   }
 
   // ---- the stages, all ranks a launch
   void stage_index() {
     launch_select_blocks(IndexArgs{table.get(), blocks.get(), n_ctx.get(), long_row.get(), cand.get(), seq_lens.get(),
                                    block_table.get(), scores.get(), S, q_len, bt_width, score_width, W, dc},
-                         0);
+                         st);
   }
   void stage_split() {
     launch_split_attention(SplitArgs{q8.get(), o.get(), m.get(), l.get(), table.get(), q.get(), k_cache.get(),
                                      v_cache.get(), k_scale.get(), v_scale.get(), cache_slice, scale_slice, S, W, dc},
-                           0);
+                           st);
   }
   void stage_merge() {
-    launch_merge_partitions(MergeArgs{attn.get(), attn8.get(), x_scale.get(), o.get(), m.get(), l.get(), S, W, dc}, 0);
+    launch_merge_partitions(MergeArgs{attn.get(), attn8.get(), x_scale.get(), o.get(), m.get(), l.get(), S, W, dc}, st);
   }
   void stage_oproj() {
     launch_o_proj_partials(
-        OprojArgs{partial.get(), recv_attn.get(), attn8.get(), x_scale.get(), w_o.get(), s_o.get(), S, W, ag, dc}, 0);
+        OprojArgs{partial.get(), recv_attn.get(), attn8.get(), x_scale.get(), w_o.get(), s_o.get(), S, W, ag, dc}, st);
   }
   void stage_attn_ar() {
     launch_all_reduce_rows(AllReduceArgs{a.get(), h_mid.get(), recv_attn.get(), h_in.get(), S, cfg.hidden, W,
                                          cfg.o_rows, 1, ag},
-                           0);
+                           st);
   }
   void stage_router() {
     launch_route_scores(RouterArgs{xn.get(), xn8.get(), xsc.get(), rstd.get(), logit.get(), sig.get(), key.get(),
                                    a.get(), h_in.get(), g_post.get(), w_gate.get(), bias.get(), S, W, dc},
-                        0);
+                        st);
   }
-  void stage_route() { launch_route_top4(RouteArgs{ids.get(), weights.get(), sig.get(), key.get(), S, W, dc}, 0); }
+  void stage_route() { launch_route_top4(RouteArgs{ids.get(), weights.get(), sig.get(), key.get(), S, W, dc}, st); }
   void fetch_experts() {
     sync();
     const std::vector<int32_t> h_ids = download(ids, size_t(W) * S * cfg.moe_slots());
-    ex.ensure(*src, cfg, src_rank, h_ids, S);
+    ex.ensure(*src, cfg, src_rank, h_ids, S, fast);
     step_experts = 0;  // the step's distinct experts, summed over ranks (for the byte counts)
     for (int r = 0; r < W; ++r) {
       std::vector<char> seen(cfg.n_experts(), 0);
@@ -249,21 +280,54 @@ struct Runner::Impl {
   void stage_up_gate() {
     launch_experts_up_gate(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ulist.get(), ids.get(),
                                       xn8.get(), xsc.get(), ex.table(), S, W, dc},
-                           0);
+                           st);
   }
   void stage_down() {
     launch_experts_down(DownArgs{ffn_partial.get(), recv_ffn.get(), ids.get(), weights.get(), mid8.get(), midsc.get(),
                                  ex.table(), S, W, ag, dc},
-                        0);
+                        st);
   }
+  // stage 5 on the tensor cores (moe_fast.cu): xn8's limbs, the expert list, up/gate, mid8's
+  // limbs, the down units, then moe.cu's down kernel assembling those units in the model's order
+  void stage_up_gate_fast() {
+    const size_t H = cfg.hidden;
+    launch_e4m3_limbs(LimbsArgs{xlimbs.get(), xnan.get(), xn8.get(), W * S, int(H)}, st);
+    launch_expert_list(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ulist.get(), ids.get(),
+                                  xn8.get(), xsc.get(), ex.table(), S, W, dc},
+                       st);
+    launch_fast_up_gate(FastUpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), missing.get(),
+                                       ulist.get(), ids.get(), xlimbs.get(), xnan.get(), xsc.get(), ex.fast_table(), S, W,
+                                       dc},
+                        st);
+  }
+  void stage_down_fast() {
+    launch_e4m3_limbs(LimbsArgs{mlimbs.get(), mnan.get(), mid8.get(), W * S * cfg.moe_slots(), cfg.inter}, st);
+    launch_fast_down_units(FastUnitsArgs{units.get(), missing.get(), ulist.get(), ids.get(), mlimbs.get(), mnan.get(),
+                                         midsc.get(), ex.fast_table(), S, W, dc},
+                           st);
+    DownArgs d{ffn_partial.get(), recv_ffn.get(), ids.get(), weights.get(), mid8.get(), midsc.get(),
+               ex.table(), S, W, ag, dc};
+    d.units = units.get();
+    launch_experts_down(d, st);
+  }
+  // The fast path's flag: a kernel found an expert of the step's routing not on the device.
+  bool experts_missing() {
+    int m = 0;
+    K4_HIP_CHECK(hipMemcpy(&m, missing.get(), sizeof(int), hipMemcpyDeviceToHost));
+    return m != 0;
+  }
+
   void stage_ffn_ar() {
     // W == 1: the seed stores the partial itself (ffn_finish), no 0.0 start
     launch_all_reduce_rows(AllReduceArgs{ar_out.get(), nullptr, recv_ffn.get(), nullptr, S, cfg.hidden, W,
                                          cfg.dn_rows, W > 1 ? 1 : 0, ag},
-                           0);
+                           st);
   }
 
-  void run_all(int last_stage = 5) {
+  // fetch: read the routing back and upload the experts it needs (the reference path's host
+  // round trip); without it (the fast path's timed and captured steps) the experts must be
+  // resident already, which the kernels check (experts_missing).
+  void run_all(int last_stage = 5, bool fetch = true) {
     if (last_stage < 0 || last_stage > 5)
       throw std::invalid_argument("RunOptions::last_stage " + std::to_string(last_stage) + " is outside 0..5");
     void (Impl::*const upto[])() = {&Impl::stage_index, &Impl::stage_split, &Impl::stage_merge, &Impl::stage_oproj,
@@ -272,10 +336,12 @@ struct Runner::Impl {
     for (int i = 0; i < std::min(n_first, 6); ++i) (this->*upto[i])();
     if (last_stage == 5) {
       stage_route();
-      fetch_experts();
-      stage_up_gate(), stage_down(), stage_ffn_ar();
+      if (fetch || !fast) fetch_experts();
+      if (fast) stage_up_gate_fast(), stage_down_fast();
+      else stage_up_gate(), stage_down();
+      stage_ffn_ar();
     }
-    sync();
+    if (fetch) sync();
   }
 
   // The device buffer that holds a stage output, every rank's (W, per-rank) slices; its
@@ -379,7 +445,7 @@ class L2Flush {
     l2 = p.l2CacheSize;
     buf_.resize(size_t(std::max(l2, 1 << 20)) * 2);
   }
-  void operator()() { K4_HIP_CHECK(hipMemsetAsync(buf_.get(), 0x5a, buf_.size(), 0)); }
+  void operator()(hipStream_t st = 0) { K4_HIP_CHECK(hipMemsetAsync(buf_.get(), 0x5a, buf_.size(), st)); }
 
  private:
   DeviceBuffer<uint8_t> buf_;
@@ -414,12 +480,14 @@ Runner::~Runner() = default;
 StepResult Runner::run_step(const StepInputs& in, const RunOptions& opt) {
   impl_->set_inputs(in, opt);
   impl_->run_all(opt.last_stage);
+  if (impl_->fast && opt.last_stage == 5 && impl_->experts_missing())
+    throw std::runtime_error("run_step: the fast path found an expert of the routing not on the device");
   return impl_->result(opt.last_stage);
 }
 
-std::vector<StageTime> Runner::time_stages(const StepInputs& in, int warmup, int repeats) {
+std::vector<StageTime> Runner::time_stages(const StepInputs& in, int warmup, int repeats, const RunOptions& opt) {
   Impl& s = *impl_;
-  s.set_inputs(in, RunOptions{});
+  s.set_inputs(in, opt);
   s.run_all();
   struct Stage {
     const char* name;
@@ -428,8 +496,10 @@ std::vector<StageTime> Runner::time_stages(const StepInputs& in, int warmup, int
   const Stage stages[] = {{"index", &Impl::stage_index},       {"split", &Impl::stage_split},
                           {"merge", &Impl::stage_merge},       {"o_proj", &Impl::stage_oproj},
                           {"attn_allreduce", &Impl::stage_attn_ar}, {"router", &Impl::stage_router},
-                          {"route_top4", &Impl::stage_route},  {"up_gate", &Impl::stage_up_gate},
-                          {"down", &Impl::stage_down},         {"ffn_allreduce", &Impl::stage_ffn_ar}};
+                          {"route_top4", &Impl::stage_route},
+                          {"up_gate", s.fast ? &Impl::stage_up_gate_fast : &Impl::stage_up_gate},
+                          {"down", s.fast ? &Impl::stage_down_fast : &Impl::stage_down},
+                          {"ffn_allreduce", &Impl::stage_ffn_ar}};
   std::vector<StageTime> out;
 #if defined(K4_HOST_EMULATION)
   (void)warmup, (void)repeats;
@@ -498,13 +568,14 @@ double Runner::read_floor_s(size_t bytes, int repeats) {
 #endif
 }
 
-StepTime Runner::time_step(const StepInputs& in, int warmup, int repeats) {
+StepTime Runner::time_step(const StepInputs& in, int warmup, int repeats, const RunOptions& opt) {
   Impl& s = *impl_;
-  s.set_inputs(in, RunOptions{});
-  s.run_all();
+  s.set_inputs(in, opt);
+  s.run_all();  // uploads the step's experts: the timed fast steps need no host round trip
   StepTime out;
   out.repeats = repeats;
   out.experts = s.step_experts;
+  out.fast = s.fast;
   for (const char* st : {"index", "split", "merge", "o_proj", "attn_allreduce", "router", "route_top4", "up_gate", "down",
                          "ffn_allreduce"})
     out.bytes += s.stage_bytes(st);
@@ -515,22 +586,52 @@ StepTime Runner::time_step(const StepInputs& in, int warmup, int repeats) {
   hipEvent_t t0, t1;
   K4_HIP_CHECK(hipEventCreate(&t0));
   K4_HIP_CHECK(hipEventCreate(&t1));
-  for (int i = 0; i < warmup; ++i) s.run_all();
-  std::vector<double> us;
-  for (int i = 0; i < repeats; ++i) {
-    flush();
-    K4_HIP_CHECK(hipEventRecord(t0, 0));
-    s.run_all();
-    K4_HIP_CHECK(hipEventRecord(t1, 0));
-    K4_HIP_CHECK(hipEventSynchronize(t1));
-    float ms = 0;
-    K4_HIP_CHECK(hipEventElapsedTime(&ms, t0, t1));
-    us.push_back(double(ms) * 1000.0);
+  // the reference path reads the routing back (fetch); the fast path's step is device work only
+  const bool fetch = !s.fast;
+  for (int i = 0; i < warmup; ++i) s.run_all(5, fetch);
+  auto timed = [&](auto&& step) {
+    std::vector<double> us;
+    for (int i = 0; i < repeats; ++i) {
+      flush(s.st);
+      K4_HIP_CHECK(hipEventRecord(t0, s.st));
+      step();
+      K4_HIP_CHECK(hipEventRecord(t1, s.st));
+      K4_HIP_CHECK(hipEventSynchronize(t1));
+      float ms = 0;
+      K4_HIP_CHECK(hipEventElapsedTime(&ms, t0, t1));
+      us.push_back(double(ms) * 1000.0);
+    }
+    std::sort(us.begin(), us.end());
+    return us;
+  };
+  const std::vector<double> us = timed([&] { s.run_all(5, fetch); });
+  out.median_us = us[us.size() / 2], out.min_us = us.front();
+  if (s.fast) {
+    // the same step captured once as a graph and replayed (on its own stream)
+    hipStream_t cap;
+    K4_HIP_CHECK(hipStreamCreateWithFlags(&cap, hipStreamNonBlocking));
+    s.st = cap;
+    hipGraph_t graph;
+    hipGraphExec_t exec;
+    K4_HIP_CHECK(hipStreamBeginCapture(cap, hipStreamCaptureModeGlobal));
+    s.run_all(5, false);
+    K4_HIP_CHECK(hipStreamEndCapture(cap, &graph));
+    K4_HIP_CHECK(k4_graph_instantiate(&exec, graph));
+    size_t nodes = 0;
+    K4_HIP_CHECK(hipGraphGetNodes(graph, nullptr, &nodes));
+    out.graph_nodes = int(nodes);
+    K4_HIP_CHECK(hipGraphLaunch(exec, cap));
+    K4_HIP_CHECK(hipStreamSynchronize(cap));
+    const std::vector<double> g = timed([&] { K4_HIP_CHECK(hipGraphLaunch(exec, cap)); });
+    out.graph_median_us = g[g.size() / 2], out.graph_min_us = g.front();
+    K4_HIP_CHECK(hipGraphExecDestroy(exec));
+    K4_HIP_CHECK(hipGraphDestroy(graph));
+    s.st = 0;
+    K4_HIP_CHECK(hipStreamDestroy(cap));
+    if (s.experts_missing()) throw std::runtime_error("time_step: an expert of the routing was not on the device");
   }
   K4_HIP_CHECK(hipEventDestroy(t0));
   K4_HIP_CHECK(hipEventDestroy(t1));
-  std::sort(us.begin(), us.end());
-  out.median_us = us[us.size() / 2], out.min_us = us.front();
   out.floor_us = read_floor_s(size_t(out.bytes), std::max(repeats, 5)) * 1e6;
   out.read_bw = out.bytes / (out.floor_us * 1e-6);
 #endif

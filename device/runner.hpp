@@ -34,6 +34,10 @@ struct RunOptions {
   // The last stage to run, 0 (index) .. 5 (moe, the route included): later stages' fields of
   // the result are left empty. 4 stops after the router: no expert is needed.
   int last_stage = 5;
+  // Stage 5's kernels: 0 moe.cu's (the reference path), 1 the integer tensor-core path
+  // (moe_fast.cu; same bits), -1 the environment's K4_FAST (1: the fast path). The fast path
+  // falls back to moe.cu's kernels where it does not apply (host emulation, other variants).
+  int moe_path = -1;
 };
 
 // The step's routing (as the device computed it) picked an expert its ExpertSource cannot
@@ -61,6 +65,10 @@ struct StepTime {
   double floor_us = 0;       // one launch streaming `bytes` (16-byte loads), L2 flushed, median
   double read_bw = 0;        // bytes / s of that launch
   int experts = 0;           // the step's distinct experts, summed over ranks
+  bool fast = false;         // stage 5 on the tensor-core path
+  // the fast path only: the step as one CUDA-graph replay (no host work inside), median
+  double graph_median_us = 0, graph_min_us = 0;
+  int graph_nodes = 0;
 };
 
 class Runner {
@@ -74,11 +82,11 @@ class Runner {
 
   // Each stage's kernels of the step `in` (run once first, so its experts are on the device)
   // timed `repeats` times after `warmup` untimed runs.
-  std::vector<StageTime> time_stages(const StepInputs& in, int warmup, int repeats);
+  std::vector<StageTime> time_stages(const StepInputs& in, int warmup, int repeats, const RunOptions& opt = {});
 
   // The step `in` end to end (run once first, so its experts are on the device): `repeats`
   // timed runs after `warmup`, each after an L2 flush, and the weights-only floor beside it.
-  StepTime time_step(const StepInputs& in, int warmup, int repeats);
+  StepTime time_step(const StepInputs& in, int warmup, int repeats, const RunOptions& opt = {});
 
   // Device-to-device copy bandwidth (bytes read + written per second) over `bytes`.
   static double copy_bandwidth(size_t bytes, int repeats);

@@ -149,8 +149,59 @@ struct DownArgs {
   ExpertTable ex;
   int tokens, ranks, ag_rs;
   DevCfg cfg;
+  // The fast path's units (moe_fast.cu), (W, S, 5, hidden, inter / 128): unit (slot, chunk) of
+  // token k and row as the tensor cores computed it; nullptr: the kernel computes its units.
+  const float* units = nullptr;
 };
 void launch_experts_down(const DownArgs& a, hipStream_t s);
+// Only the distinct-expert list of launch_experts_up_gate (a.ulist from a.ids).
+void launch_expert_list(const UpGateArgs& a, hipStream_t s);
+
+// ------------------------------------------------- stage 5 on integer tensor cores: moe_fast.cu
+// The same outputs, bit for bit, from device/exact_mma.hpp's mma.sync block dots: the E4M3 rows
+// (xn8, mid8) as B-fragment limbs, the expert weights in fragment order (weight_layout.hpp).
+struct LimbsArgs {
+  uint32_t* limbs;             // (rows, n / 32, 3 limbs, 4 lanes, 2 words): a lane's B fragment
+  uint8_t* nan;                // (rows, n / 32) the block holds a NaN code
+  const uint8_t* codes;        // (rows, n) E4M3
+  int rows, n;
+};
+void launch_e4m3_limbs(const LimbsArgs& a, hipStream_t s);
+
+struct FastUpGateArgs {
+  uint16_t* mid;               // as UpGateArgs
+  float* gate;
+  float* up;
+  uint8_t* mid8;
+  uint8_t* midsc;
+  int* missing;                // set to 1 when a routed expert is not on the device
+  const int32_t* ulist;        // (W, n_experts + 1) the distinct experts (ExpertListBody's)
+  const int32_t* ids;          // (W, S, 5)
+  const uint32_t* xlimbs;      // (W, S, hidden / 32, 3, 4, 2) launch_e4m3_limbs of xn8
+  const uint8_t* xnan;         // (W, S, hidden / 32)
+  const uint8_t* xsc;          // (W, S, hidden / 32)
+  ExpertTable ex;              // w13 in fragment order
+  int tokens, ranks;
+  DevCfg cfg;
+};
+// ulist must hold the step's list first: launch_expert_list (as launch_experts_up_gate does).
+void launch_fast_up_gate(const FastUpGateArgs& a, hipStream_t s);
+
+struct FastUnitsArgs {
+  float* units;                // (W, S, 5, hidden, inter / 128) DownArgs::units
+  int* missing;
+  const int32_t* ulist;        // (W, n_experts + 1)
+  const int32_t* ids;          // (W, S, 5)
+  const uint32_t* mlimbs;      // (W, S, 5, inter / 32, 3, 4, 2) launch_e4m3_limbs of mid8
+  const uint8_t* mnan;         // (W, S, 5, inter / 32)
+  const uint8_t* midsc;        // (W, S, 5, inter / 32)
+  ExpertTable ex;              // w2 in fragment order
+  int tokens, ranks;
+  DevCfg cfg;
+};
+void launch_fast_down_units(const FastUnitsArgs& a, hipStream_t s);
+// Whether the fast path computes this config's stage 5 (the seed's variant, the shapes).
+bool fast_moe_supported(const DevCfg& cfg, int tokens);
 
 // -------------------------------------------------------------------------- shared helpers
 // The expert a slot's route id addresses, clamped into the table (seed ug_load / down_load).

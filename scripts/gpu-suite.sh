@@ -7,7 +7,8 @@
 #                                  one bit of its output), all copied, stripped, into
 #                                  build-cuda-suite/ (ignored; ~20 MB: carry it)
 #   scripts/gpu-suite.sh run       ON THE GPU MACHINE, from the repository root:
-#                                  everything below, logs and a summary under $OUT (or out/)
+#                                  everything below, logs and a summary under $OUT (or out/);
+#                                  K4_FAST=1: stage 5 on the tensor-core kernels (moe_fast.cu)
 #   scripts/gpu-suite.sh emulate [doctest args]
 #                                  HERE: the kernels' host emulation (no GPU; the CMake target
 #                                  k4_emu_tests), then ctest -L emulation or the doctest
@@ -55,7 +56,7 @@ build() {
     "${cxx[@]}" -c "$f" -o "$o" & pids+=($!)
     common+=("$o")
   done
-  local devfiles=(index split merge oproj router moe allreduce runner)
+  local devfiles=(index split merge oproj router moe moe_fast allreduce runner)
   for f in "${devfiles[@]}"; do "${cu[@]}" -c "device/$f.cu" -o "$obj/$f.o" & pids+=($!); done
   local stage_file=(index split merge oproj router moe)
   local libs=(-L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt -static-libstdc++ -static-libgcc
@@ -100,6 +101,7 @@ run() {
   } >>"$log" 2>&1
 
   cat "$suite/BUILD_INFO" >>"$sum" 2>/dev/null
+  note "stage 5 path: ${K4_FAST:+K4_FAST=$K4_FAST }$([[ ${K4_FAST:-0} == 1 ]] && echo "the integer tensor-core kernels (moe_fast.cu)" || echo "the reference kernels (moe.cu)")"
 
   # 0. one step through every stage first: if even that fails, run memcheck on it and stop
   # (a broken build costs a minute of device time, not eight)
@@ -219,7 +221,7 @@ run() {
     >"$out/bench.log" 2>&1
   rc=$?
   if [[ $rc -eq 0 ]]; then note "bench: done ($((SECONDS - t0)) s)"; else note "bench: rc=$rc"; status=1; fi
-  grep -E "copy|total" "$out/bench.log" >>"$sum"
+  grep -E "copy|read|step|total" "$out/bench.log" >>"$sum"
 
   note "gpu-suite: $([[ $status -eq 0 ]] && echo ALL OK || echo FAILURES) (total $SECONDS s)"
   cat "$sum" >>"$log"

@@ -1,7 +1,7 @@
 // k4_device.cpp -- the device runner's command line: benchmark and quick checks on the GPU.
 //
 //   k4_device bench [--preset minimax-m3-tp4] [--tp 4] [--tokens 1,4,16] [--seq 20000]
-//                   [--warmup 3] [--repeats 20] [--step-repeats 50] [--md FILE]
+//                   [--warmup 3] [--repeats 20] [--step-repeats 50] [--moe-path both] [--md FILE]
 //       the whole step end to end (median of --step-repeats, L2 flushed before each) against
 //       the weights-only floor (one launch streaming the step's bytes, measured in the same
 //       run); then each stage's kernels of that step (seeded fixtures) timed with events,
@@ -45,7 +45,7 @@ std::vector<int> seq_for(int S, int seq) {
 }
 
 int bench(const std::string& pname, int tp, const std::vector<int>& tokens, int seq, int warmup, int repeats,
-          int step_repeats, const std::string& md_path) {
+          int step_repeats, const std::vector<int>& paths, const std::string& md_path) {
   const Config cfg = preset(pname, tp);
   std::printf("k4_device bench: %s, preset %s, tp %d (all ranks on this GPU), seq %d\n", gpu::device_name().c_str(),
               pname.c_str(), tp, seq);
@@ -65,40 +65,50 @@ int bench(const std::string& pname, int tp, const std::vector<int>& tokens, int 
   const LayerWeights lw = test::random_layer(cfg, 2024);
   gpu::Runner runner(lw);
   std::ostringstream steps;
-  steps << "\nThe whole step end to end (Runner::time_step: every launch of run_step, the routing read back to the "
-           "host included; L2 flushed before each; median of "
+  steps << "\nThe whole step end to end (Runner::time_step: every launch of run_step -- the reference path reads the "
+           "routing back to the host, the fast path's step is device work only, also replayed as a graph; L2 flushed "
+           "before each; median of "
         << step_repeats << ") against the weights-only floor: one launch streaming the step's bytes, L2 flushed, "
            "measured in the same run.\n\n"
-        << "| S | experts (all ranks) | step median us | step min us | bytes | floor us | x floor | floor GB/s |\n"
-        << "|---|---|---|---|---|---|---|---|\n";
-  for (int S : tokens) {
+        << "| S | stage 5 path | experts (all ranks) | step median us | step min us | graph replay median us "
+           "(nodes) | bytes | floor us | x floor (best) | floor GB/s |\n"
+        << "|---|---|---|---|---|---|---|---|---|---|\n";
+  for (int S : tokens)
+   for (int path : paths) {
+    gpu::RunOptions opt;
+    opt.moe_path = path;
     const StepInputs in = test::random_step(cfg, {S, seq_for(S, seq), S, uint64_t(S)});
-    const gpu::StepTime st = runner.time_step(in, warmup, step_repeats);
-    std::printf("S=%2d step %.1f us (min %.1f, median of %d, L2 flushed), floor %.1f us (%.0f B at %.0f GB/s), x%.2f, "
-                "%d experts\n",
-                S, st.median_us, st.min_us, st.repeats, st.floor_us, st.bytes, st.read_bw / 1e9,
-                st.floor_us > 0 ? st.median_us / st.floor_us : 0.0, st.experts);
-    char srow[256];
-    std::snprintf(srow, sizeof srow, "| %d | %d | %.1f | %.1f | %.0f | %.1f | %.2f | %.0f |\n", S, st.experts,
-                  st.median_us, st.min_us, st.bytes, st.floor_us, st.floor_us > 0 ? st.median_us / st.floor_us : 0.0,
-                  st.read_bw / 1e9);
+    const gpu::StepTime st = runner.time_step(in, warmup, step_repeats, opt);
+    const double best = st.graph_median_us > 0 ? std::min(st.median_us, st.graph_median_us) : st.median_us;
+    std::printf("S=%2d %s: step %.1f us (min %.1f, median of %d, L2 flushed), graph %.1f us (%d nodes), floor %.1f us "
+                "(%.0f B at %.0f GB/s), x%.2f, %d experts\n",
+                S, st.fast ? "fast" : "reference", st.median_us, st.min_us, st.repeats, st.graph_median_us,
+                st.graph_nodes, st.floor_us, st.bytes, st.read_bw / 1e9, st.floor_us > 0 ? best / st.floor_us : 0.0,
+                st.experts);
+    char srow[320];
+    std::snprintf(srow, sizeof srow, "| %d | %s | %d | %.1f | %.1f | %.1f (%d) | %.0f | %.1f | %.2f | %.0f |\n", S,
+                  st.fast ? "fast" : "reference", st.experts, st.median_us, st.min_us, st.graph_median_us,
+                  st.graph_nodes, st.bytes, st.floor_us, st.floor_us > 0 ? best / st.floor_us : 0.0, st.read_bw / 1e9);
     steps << srow;
-    const std::vector<gpu::StageTime> times = runner.time_stages(in, warmup, repeats);
+    const std::vector<gpu::StageTime> times = runner.time_stages(in, warmup, repeats, opt);
     double total = 0, total_floor = 0;
     for (const gpu::StageTime& t : times) {
       const double floor_us = t.bytes / bw * 1e6;
       total += t.median_us, total_floor += floor_us;
-      std::printf("S=%2d %-15s %10.1f us (min %8.1f)  floor %10.0f B = %8.2f us  x%.1f\n", S, t.stage.c_str(), t.median_us,
-                  t.min_us, t.bytes, floor_us, floor_us > 0 ? t.median_us / floor_us : 0.0);
+      std::printf("S=%2d %-9s %-15s %10.1f us (min %8.1f)  floor %10.0f B = %8.2f us  x%.1f\n", S,
+                  st.fast ? "fast" : "reference", t.stage.c_str(), t.median_us, t.min_us, t.bytes, floor_us,
+                  floor_us > 0 ? t.median_us / floor_us : 0.0);
       char row[256];
-      std::snprintf(row, sizeof row, "| %d | %s | %.1f | %.1f | %.0f | %.2f | %.1f |\n", S, t.stage.c_str(), t.median_us,
-                    t.min_us, t.bytes, floor_us, floor_us > 0 ? t.median_us / floor_us : 0.0);
+      std::snprintf(row, sizeof row, "| %d | %s%s | %.1f | %.1f | %.0f | %.2f | %.1f |\n", S, t.stage.c_str(),
+                    st.fast && (t.stage == "up_gate" || t.stage == "down") ? " (fast)" : "", t.median_us, t.min_us,
+                    t.bytes, floor_us, floor_us > 0 ? t.median_us / floor_us : 0.0);
       md << row;
     }
     char row[256];
-    std::snprintf(row, sizeof row, "| %d | **all** | %.1f | | | %.2f | %.1f |\n", S, total, total_floor, total / total_floor);
+    std::snprintf(row, sizeof row, "| %d | **all** (%s) | %.1f | | | %.2f | %.1f |\n", S, st.fast ? "fast" : "reference",
+                  total, total_floor, total / total_floor);
     md << row;
-    std::printf("S=%2d total %.1f us, floor %.2f us\n", S, total, total_floor);
+    std::printf("S=%2d %s total %.1f us, floor %.2f us\n", S, st.fast ? "fast" : "reference", total, total_floor);
   }
   md << steps.str();
   std::fputs(steps.str().c_str(), stdout);
@@ -167,6 +177,7 @@ int main(int argc, char** argv) {
   std::string bench_preset = "minimax-m3-tp4", check_preset = "tiny", md;
   int bench_tp = 4, check_tp = 2, bench_seq = 20000, check_seq = 20000, warmup = 3, repeats = 20, S = 5;
   int step_repeats = 50;
+  std::string moe_paths = "both";
   uint64_t seed = 1;
   std::vector<int> tokens = {1, 4, 16};
   CLI::App* b = app.add_subcommand("bench", "time each stage against its HBM byte floor");
@@ -177,6 +188,8 @@ int main(int argc, char** argv) {
   b->add_option("--warmup", warmup);
   b->add_option("--repeats", repeats);
   b->add_option("--step-repeats", step_repeats, "timed repeats of the whole step (median)");
+  b->add_option("--moe-path", moe_paths, "stage 5's kernels: reference, fast (tensor cores) or both")
+      ->check(CLI::IsMember({"reference", "fast", "both"}));
   b->add_option("--md", md, "also write the table as markdown");
   CLI::App* c = app.add_subcommand("check", "one step on the device against the reference");
   c->add_option("--preset", check_preset);
@@ -200,7 +213,10 @@ int main(int argc, char** argv) {
   const std::string tool = std::string("k4_device ") + (b->parsed() ? "bench" : c->parsed() ? "check" : "run");
   return k4::guard::run(tool, [&] {
     try {
-      if (b->parsed()) return bench(bench_preset, bench_tp, tokens, bench_seq, warmup, repeats, step_repeats, md);
+      if (b->parsed()) return bench(bench_preset, bench_tp, tokens, bench_seq, warmup, repeats, step_repeats,
+                                   moe_paths == "both" ? std::vector<int>{0, 1}
+                                                       : std::vector<int>{moe_paths == "fast" ? 1 : 0},
+                                   md);
       if (c->parsed()) return check(check_preset, check_tp, S, check_seq, seed);
       if (g->parsed()) return run(ropt, diff, replay);
     } catch (const std::exception& e) {

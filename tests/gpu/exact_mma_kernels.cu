@@ -29,7 +29,21 @@ __global__ void __launch_bounds__(128) tile_kernel(int pair, int gather, const T
   lane_outputs(p, t, l, d, out + w * 128);
 }
 
+__global__ void pq_kernel(uint32_t* p, uint32_t* q) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < 65536u) e2m1_pq4(i, p[i], q[i]);
+}
+
 }  // namespace
+
+void e2m1_pq_all(uint32_t* p, uint32_t* q) {
+  DeviceBuffer<uint32_t> dp(65536), dq(65536);
+  hipLaunchKernelGGL(pq_kernel, dim3(256), dim3(256), 0, 0, dp.get(), dq.get());
+  K4_HIP_CHECK(hipGetLastError());
+  K4_HIP_CHECK(hipDeviceSynchronize());
+  K4_HIP_CHECK(hipMemcpy(p, dp.get(), 65536 * sizeof(uint32_t), hipMemcpyDeviceToHost));
+  K4_HIP_CHECK(hipMemcpy(q, dq.get(), 65536 * sizeof(uint32_t), hipMemcpyDeviceToHost));
+}
 
 void exact_mma_tiles(Pair p, bool gather, const Tile* tiles, size_t n, uint32_t* out) {
   if (n == 0) return;

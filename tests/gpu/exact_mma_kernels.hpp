@@ -13,5 +13,7 @@ namespace k4::gpu {
 // out[n * 128 + r * 8 + c]: the bits of tile n's block value (row r, column c). gather: the
 // shuffle form mma_s8_gather (AMD's path) instead of mma_s8 (mma.sync on NVIDIA).
 void exact_mma_tiles(xmma::Pair p, bool gather, const xmma::Tile* tiles, size_t n, uint32_t* out);
+// The PRMT pair decode on the device for every 16-bit selector (4 E2M1 codes): p[i], q[i].
+void e2m1_pq_all(uint32_t* p, uint32_t* q);
 
 }  // namespace k4::gpu

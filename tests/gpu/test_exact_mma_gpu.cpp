@@ -60,6 +60,16 @@ void run_pair(Pair p, const char* name) {
 }  // namespace
 
 TEST_SUITE("gpu_exact_mma") {
+  TEST_CASE("the PRMT pair decode of E2M1 on the device: P + Q = 2 x E2M1, every 4 codes") {
+    std::vector<uint32_t> p(65536), q(65536);
+    k4::gpu::e2m1_pq_all(p.data(), q.data());
+    size_t bad = 0;
+    for (uint32_t i = 0; i < 65536; ++i)
+      for (int j = 0; j < 4; ++j) bad += int(byte_of(p[i], j)) + int(byte_of(q[i], j)) != e2m1_s8(uint8_t(i >> (4 * j)));
+    std::printf("gpu_exact_mma PRMT pair decode: 65536 selectors, %zu wrong bytes\n", bad);
+    CHECK(bad == 0);
+  }
+
   TEST_CASE("E2M1 x E4M3 tiles on mma.sync s8: bit-exact") { run_pair(Pair::F4F8, "E2M1xE4M3"); }
   TEST_CASE("E4M3 x E4M3 tiles on mma.sync s8: bit-exact") { run_pair(Pair::F8F8, "E4M3xE4M3"); }
 }

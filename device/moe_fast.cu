@@ -1,0 +1,455 @@
+// moe_fast.cu -- stage 5's up/gate and down on integer tensor cores (device/exact_mma.hpp),
+// bit for bit the outputs of moe.cu (and so of reference/stages/moe.cpp): the same block values
+// (exact sums from mma.sync s8 x s8 -> s32, one rounding, the exact scaling), added in the
+// model's orders.
+//
+//   e4m3_limbs      E4M3 rows (xn8, mid8) -> each lane's B fragment of every block, 3 limbs,
+//                   and a NaN flag a block (computed once a step, read by every expert)
+//   fast_up_gate    CTA = (expert, 32 mid rows, rank), warp w = the model's wave w: its 24
+//                   blocks of the 32 gate and 32 up rows (4 m16 tiles) for up to 16 of the
+//                   expert's (token, slot) uses (2 n8 column groups); each lane's chains run
+//                   over the blocks in order (c = c + block), then g = 0 + c_0 + .. + c_7 in
+//                   shared memory, swiglu, bf16, the MXFP8 block of the 32 rows
+//   fast_down_units CTA = (expert, 128 rows, rank), warp = 32 rows: every 128-k unit
+//                   (c = 0; c = c + block, 4 blocks) of the expert's uses into DownArgs::units;
+//                   moe.cu's down kernel then assembles them in the narrow or wide order.
+// Weights: w13 / w2 in fragment order (weight_layout.hpp): lane t of a quad loads word t of 4
+// blocks, one 16-byte load a row; the E2M1 codes become s8 by the PRMT pair P + Q (two MMAs
+// into one accumulator). Block value, sa <= 227: (RNE(S) 2^(sa-127)) 2^(sb-137) (exact, then
+// one rounding); otherwise exact_scale. NaN: a NaN x / mid block or scale makes the factor NaN.
+// The host emulation has no warps: fast_moe_supported() is false there (the runner then
+// takes moe.cu's kernels).
+#include <algorithm>
+#include <stdexcept>
+
+#include "device/exact_mma.hpp"
+#include "device/stages.hpp"
+#include "reference/numerics/bf16.hpp"
+#include "reference/numerics/keys.hpp"
+#include "reference/numerics/mma.hpp"
+#include "reference/numerics/mx.hpp"
+#include "reference/numerics/policy.hpp"
+
+namespace k4::gpu {
+
+bool fast_moe_supported(const DevCfg& cfg, int tokens) {
+#if defined(K4_HOST_EMULATION)
+  (void)cfg, (void)tokens;
+  return false;
+#else
+  const int KB = cfg.hidden / 32;
+  return cfg.waves == 8 && KB % (4 * cfg.waves) == 0 && cfg.inter % 128 == 0 && tokens >= 1 && tokens <= 16 &&
+         cfg.moe_slots <= 8 && cfg.shared_fp8 == 0 && cfg.hidden % 128 == 0;
+#endif
+}
+
+#if defined(K4_HOST_EMULATION)
+void launch_e4m3_limbs(const LimbsArgs&, hipStream_t) { throw std::logic_error("moe_fast: GPU only"); }
+void launch_fast_up_gate(const FastUpGateArgs&, hipStream_t) { throw std::logic_error("moe_fast: GPU only"); }
+void launch_fast_down_units(const FastUnitsArgs&, hipStream_t) { throw std::logic_error("moe_fast: GPU only"); }
+#else
+namespace {
+
+using namespace k4::xmma;
+
+// Unrolled on NVIDIA (the register arrays stay registers); hipcc for gfx90a cannot unroll
+// every one of these loops and -Werror turns its warning into an error, so it leaves them.
+#if defined(__CUDA_ARCH__)
+#define K4_FAST_UNROLL _Pragma("unroll")
+#else
+#define K4_FAST_UNROLL
+#endif
+
+constexpr int kUses = 16;        // (token, slot) uses a pass: 2 column groups of 8
+constexpr int kMaxUseList = 16 * 8 + 1;
+
+__device__ inline uint4 load_stream(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldcs(reinterpret_cast<const uint4*>(p));
+#else
+  return *reinterpret_cast<const uint4*>(p);
+#endif
+}
+__device__ inline uint32_t word_of(const uint4& v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
+
+__device__ inline float cvt_rn(int32_t S) {
+#if defined(__CUDA_ARCH__)
+  float s;
+  asm("cvt.rn.f32.s32 %0, %1;" : "=f"(s) : "r"(S));
+  return s;
+#else
+  return float(S);
+#endif
+}
+
+// The B side's factor of a block: 2^(sb - 137) (the 2^-10 of E2M1 x E4M3 folded in), NaN for a
+// NaN block or scale.
+__device__ inline float b_factor(uint8_t sb, bool nan) {
+  return nan || e8m0_is_nan(sb) ? f32_from_bits(kCanonicalNan) : pow2_f32(int(sb) - 137);
+}
+// The model's block value scale_block(round_block_sum(S, 10), sa, sb).
+__device__ inline float block_value(int32_t S, uint8_t sa, float fb, uint8_t sb) {
+  const float s = cvt_rn(S);
+  if (sa <= 227) return (s * pow2_f32(int(sa) - 127)) * fb;  // exact, then one rounding
+  if (e8m0_is_nan(sa) || is_nan(fb)) return f32_from_bits(kCanonicalNan);
+  return exact_scale(s, int(sa) + int(sb) - 264);
+}
+
+// A fragments (P and Q) of one 16 x 32 tile: w_lo / w_hi = word j of rows g and g + 8.
+__device__ inline void a_pq(uint32_t w_lo, uint32_t w_hi, FragA& P, FragA& Q) {
+  e2m1_pq4(w_lo & 0xFFFFu, P.r[0], Q.r[0]);
+  e2m1_pq4(w_hi & 0xFFFFu, P.r[1], Q.r[1]);
+  e2m1_pq4(w_lo >> 16, P.r[2], Q.r[2]);
+  e2m1_pq4(w_hi >> 16, P.r[3], Q.r[3]);
+}
+
+// The (token, slot) uses of expert e on rank r, token-major (moe.cu's order); count returned.
+__device__ inline int build_uses(int* uses, const int32_t* ids, int r, int e, int S, const DevCfg& cfg) {
+  if (threadIdx.x == 0) {
+    int n = 0;
+    for (int k = 0; k < S; ++k)
+      for (int s = 0; s < cfg.moe_slots; ++s)
+        if (slot_expert(ids + (size_t(r) * S + k) * cfg.moe_slots, s, cfg) == e) uses[n++] = k * cfg.moe_slots + s;
+    uses[kMaxUseList - 1] = n;
+  }
+  __syncthreads();
+  return uses[kMaxUseList - 1];
+}
+
+// ------------------------------------------------------------------------------ limbs
+__global__ void __launch_bounds__(128) e4m3_limbs_kernel(LimbsArgs a) {
+  const int NB = a.n / 32;
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (row, block, lane t)
+  const bool valid = i < size_t(a.rows) * NB * 4;
+  const int t = int(i % 4);
+  const size_t rb = i / 4;  // row * NB + block
+  bool nan = false;
+  if (valid) {
+    const uint8_t* c = a.codes + rb * 32 + 8 * t;
+    const uint2 v = *reinterpret_cast<const uint2*>(c);
+    uint8_t code[8];
+    for (int j = 0; j < 4; ++j) code[j] = uint8_t(v.x >> (8 * j)), code[4 + j] = uint8_t(v.y >> (8 * j));
+    Limbs l[8];
+    for (int j = 0; j < 8; ++j) l[j] = e4m3_limbs(code[j]), nan |= e4m3_is_nan(code[j]);
+    uint32_t* out = a.limbs + (rb * 3) * 8 + t * 2;
+    for (int m = 0; m < 3; ++m) {
+      out[m * 8] = pack4(l[0].d[m], l[1].d[m], l[2].d[m], l[3].d[m]);
+      out[m * 8 + 1] = pack4(l[4].d[m], l[5].d[m], l[6].d[m], l[7].d[m]);
+    }
+  }
+  // the block's flag: OR over its 4 lanes (consecutive threads of one warp; all lanes take part)
+  int f = nan ? 1 : 0;
+  f |= k4_shfl_xor(f, 1, 32);
+  f |= k4_shfl_xor(f, 2, 32);
+  if (valid && t == 0) a.nan[rb] = uint8_t(f);
+}
+
+// ---------------------------------------------------------------------------- up / gate
+// Shared memory of a CTA: the uses, the pass's B factors and scales, the 8 waves' chains, mid.
+struct UgSmem {
+  int uses[kMaxUseList];
+  float* fb;        // (kUses, KB)
+  uint8_t* sb;      // (kUses, KB)
+  float* chains;    // (waves, 4 tiles, 16 rows, kUses)
+  float* midv;      // (kUses, 32)
+};
+
+template <int NG>
+__device__ void up_gate_slice(const FastUpGateArgs& a, int r, int e, int rg, int w, const UgSmem& sm, int u0, int nu) {
+  const DevCfg& cfg = a.cfg;
+  const int HID = cfg.hidden, I = cfg.inter, KB = HID / 32, SL = cfg.moe_slots, S = a.tokens;
+  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const size_t ex = size_t(r) * cfg.n_experts + e;
+  const uint8_t* w13 = a.ex.w13[ex];
+  const uint8_t* s13 = a.ex.s13[ex];
+  const uint8_t* wrow[8];
+  const uint8_t* srow[8];
+  for (int q = 0; q < 4; ++q)  // tile q: gate (q < 2) or up rows, 16 (q % 2) .. of the 32
+    for (int x = 0; x < 2; ++x) {
+      const int row = (q / 2) * I + rg * 32 + (q % 2) * 16 + g + 8 * x;
+      wrow[2 * q + x] = w13 + size_t(row) * (HID / 2) + 16 * t;
+      srow[2 * q + x] = s13 + size_t(row) * KB;
+    }
+  const uint32_t* xb[NG];
+  for (int grp = 0; grp < NG; ++grp) {
+    const int u = grp * 8 + g;  // this lane's B column
+    xb[grp] = u < nu ? a.xlimbs + ((size_t(r) * S + sm.uses[u0 + u] / SL) * KB) * 24 + t * 2 : nullptr;
+  }
+  float ch[NG][4][4];
+  for (int grp = 0; grp < NG; ++grp)
+    for (int q = 0; q < 4; ++q)
+      for (int i = 0; i < 4; ++i) ch[grp][q][i] = 0.0f;
+  const int wb = KB / cfg.waves, G0 = w * wb / 4, G1 = (w + 1) * wb / 4;
+  for (int G = G0; G < G1; ++G) {
+    uint4 wv[8];
+    uint32_t sv[8];
+    for (int x = 0; x < 8; ++x) {
+      wv[x] = load_stream(wrow[x] + size_t(G) * 64);
+      sv[x] = *reinterpret_cast<const uint32_t*>(srow[x] + 4 * G);
+    }
+K4_FAST_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      const int b = 4 * G + j;
+      FragB B[NG][3];
+      for (int grp = 0; grp < NG; ++grp)
+        for (int m = 0; m < 3; ++m) {
+          if (xb[grp] != nullptr) {
+            const uint2 v = *reinterpret_cast<const uint2*>(xb[grp] + size_t(b) * 24 + m * 8);
+            B[grp][m].r[0] = v.x, B[grp][m].r[1] = v.y;
+          } else {
+            B[grp][m].r[0] = 0, B[grp][m].r[1] = 0;
+          }
+        }
+K4_FAST_UNROLL
+      for (int q = 0; q < 4; ++q) {
+        FragA P, Q;
+        a_pq(word_of(wv[2 * q], j), word_of(wv[2 * q + 1], j), P, Q);
+        const uint8_t sa0 = uint8_t(sv[2 * q] >> (8 * j)), sa1 = uint8_t(sv[2 * q + 1] >> (8 * j));
+K4_FAST_UNROLL
+        for (int grp = 0; grp < NG; ++grp) {
+          FragC D[3] = {};
+          for (int m = 0; m < 3; ++m) {
+            mma_s8(D[m], P, B[grp][m]);
+            mma_s8(D[m], Q, B[grp][m]);
+          }
+          for (int i = 0; i < 4; ++i) {
+            const int col = grp * 8 + 2 * t + (i % 2);
+            const int32_t Ssum = D[0].r[i] + 128 * D[1].r[i] + 16384 * D[2].r[i];
+            const float v = block_value(Ssum, i < 2 ? sa0 : sa1, sm.fb[col * KB + b], sm.sb[col * KB + b]);
+            ch[grp][q][i] = ch[grp][q][i] + v;
+          }
+        }
+      }
+    }
+  }
+  for (int grp = 0; grp < NG; ++grp)
+    for (int q = 0; q < 4; ++q)
+      for (int i = 0; i < 4; ++i) {
+        const int col = grp * 8 + 2 * t + (i % 2), rin = g + 8 * (i / 2);
+        sm.chains[((w * 4 + q) * 16 + rin) * kUses + col] = ch[grp][q][i];
+      }
+}
+
+__global__ void __launch_bounds__(256) fast_up_gate_kernel(FastUpGateArgs a) {
+  extern __shared__ __align__(16) unsigned char dyn[];
+  __shared__ UgSmem sm;
+  const DevCfg& cfg = a.cfg;
+  const int r = blockIdx.z, rg = blockIdx.y, S = a.tokens, HID = cfg.hidden, I = cfg.inter, SL = cfg.moe_slots;
+  const int KB = HID / 32;
+  const int32_t* list = a.ulist + size_t(r) * (cfg.n_experts + 1);
+  if (int(blockIdx.x) >= list[cfg.n_experts]) return;  // uniform
+  const int e = list[blockIdx.x];
+  const size_t ex = size_t(r) * cfg.n_experts + e;
+  if (a.ex.w13[ex] == nullptr || a.ex.s13[ex] == nullptr) {  // not on the device: the runner uploads, reruns
+    if (threadIdx.x == 0) atomicExch(a.missing, 1);
+    return;
+  }
+  if (threadIdx.x == 0) {
+    sm.fb = reinterpret_cast<float*>(dyn);
+    sm.chains = sm.fb + kUses * KB;
+    sm.midv = sm.chains + cfg.waves * 4 * 16 * kUses;
+    sm.sb = reinterpret_cast<uint8_t*>(sm.midv + kUses * 32);
+  }
+  const int n_use = build_uses(sm.uses, a.ids, r, e, S, cfg);
+  const int w = int(threadIdx.x) / 32;
+  for (int u0 = 0; u0 < n_use; u0 += kUses) {
+    const int nu = n_use - u0 < kUses ? n_use - u0 : kUses;
+    for (int i = int(threadIdx.x); i < kUses * KB; i += int(blockDim.x)) {
+      const int u = i / KB, b = i % KB;
+      if (u < nu) {
+        const size_t tb = (size_t(r) * S + sm.uses[u0 + u] / SL) * KB + b;
+        sm.sb[i] = a.xsc[tb];
+        sm.fb[i] = b_factor(a.xsc[tb], a.xnan[tb] != 0);
+      } else {
+        sm.sb[i] = 127, sm.fb[i] = 0.0f;  // an empty column: its outputs are not stored
+      }
+    }
+    __syncthreads();
+    if (nu > 8) up_gate_slice<2>(a, r, e, rg, w, sm, u0, nu);
+    else up_gate_slice<1>(a, r, e, rg, w, sm, u0, nu);
+    __syncthreads();
+    for (int i = int(threadIdx.x); i < nu * 32; i += int(blockDim.x)) {
+      const int col = i / 32, rr = i % 32, h = rr / 16, rin = rr % 16, ks = sm.uses[u0 + col];
+      float g = 0.0f, up = 0.0f;  // gsum = 0.0; gsum = gsum + wave partial, waves in order
+      for (int wv = 0; wv < cfg.waves; ++wv) g = g + sm.chains[((wv * 4 + h) * 16 + rin) * kUses + col];
+      for (int wv = 0; wv < cfg.waves; ++wv) up = up + sm.chains[((wv * 4 + 2 + h) * 16 + rin) * kUses + col];
+      const size_t o = (size_t(r) * S * SL + ks) * I + rg * 32 + rr;
+      a.gate[o] = canon_nan(g);
+      a.up[o] = canon_nan(up);
+      const uint16_t m = bf16_bits_rne(swiglu(g, up, cfg.swiglu_limit));
+      a.mid[o] = m;
+      sm.midv[col * 32 + rr] = bf16_to_f32(m);
+    }
+    __syncthreads();
+    for (int col = int(threadIdx.x); col < nu; col += int(blockDim.x)) {  // mid -> MXFP8, the slot's block rg
+      const int ks = sm.uses[u0 + col];
+      uint8_t q[kBlockK];
+      const uint8_t sc = mx8_quantize_block(sm.midv + col * 32, q);
+      const size_t o = (size_t(r) * S * SL + ks) * I + rg * 32;
+      for (int j = 0; j < kBlockK; ++j) a.mid8[o + j] = q[j];
+      a.midsc[(size_t(r) * S * SL + ks) * (I / kBlockK) + rg] = sc;
+    }
+    __syncthreads();
+  }
+}
+
+// ------------------------------------------------------------------------------ down units
+template <int NG>
+__device__ void down_units_tile(const FastUnitsArgs& a, int r, int e, int row0, const int* uses, int u0, int nu,
+                                const float* fb, const uint8_t* sbs) {
+  const DevCfg& cfg = a.cfg;
+  const int HID = cfg.hidden, I = cfg.inter, IB = I / 32, KC = I / 128, SL = cfg.moe_slots, S = a.tokens;
+  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const size_t ex = size_t(r) * cfg.n_experts + e;
+  const uint8_t* w2 = a.ex.w2[ex];
+  const uint8_t* s2 = a.ex.s2[ex];
+  const uint8_t* wrow[4];
+  const uint8_t* srow[4];
+  for (int h = 0; h < 2; ++h)
+    for (int x = 0; x < 2; ++x) {
+      const int row = row0 + 16 * h + g + 8 * x;
+      wrow[2 * h + x] = w2 + size_t(row) * (I / 2) + 16 * t;
+      srow[2 * h + x] = s2 + size_t(row) * IB;
+    }
+  const uint32_t* mb[NG];
+  for (int grp = 0; grp < NG; ++grp) {
+    const int u = grp * 8 + g;
+    mb[grp] = u < nu ? a.mlimbs + ((size_t(r) * S * SL + uses[u0 + u]) * IB) * 24 + t * 2 : nullptr;
+  }
+  for (int kc = 0; kc < KC; ++kc) {  // a unit = a 128-k chunk = one 64-byte group of 4 blocks
+    uint4 wv[4];
+    uint32_t sv[4];
+    for (int x = 0; x < 4; ++x) {
+      wv[x] = load_stream(wrow[x] + size_t(kc) * 64);
+      sv[x] = *reinterpret_cast<const uint32_t*>(srow[x] + 4 * kc);
+    }
+    float un[NG][2][4];
+    for (int grp = 0; grp < NG; ++grp)
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 4; ++i) un[grp][h][i] = 0.0f;
+K4_FAST_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      const int b = 4 * kc + j;
+      FragB B[NG][3];
+      for (int grp = 0; grp < NG; ++grp)
+        for (int m = 0; m < 3; ++m) {
+          if (mb[grp] != nullptr) {
+            const uint2 v = *reinterpret_cast<const uint2*>(mb[grp] + size_t(b) * 24 + m * 8);
+            B[grp][m].r[0] = v.x, B[grp][m].r[1] = v.y;
+          } else {
+            B[grp][m].r[0] = 0, B[grp][m].r[1] = 0;
+          }
+        }
+K4_FAST_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        FragA P, Q;
+        a_pq(word_of(wv[2 * h], j), word_of(wv[2 * h + 1], j), P, Q);
+        const uint8_t sa0 = uint8_t(sv[2 * h] >> (8 * j)), sa1 = uint8_t(sv[2 * h + 1] >> (8 * j));
+K4_FAST_UNROLL
+        for (int grp = 0; grp < NG; ++grp) {
+          FragC D[3] = {};
+          for (int m = 0; m < 3; ++m) {
+            mma_s8(D[m], P, B[grp][m]);
+            mma_s8(D[m], Q, B[grp][m]);
+          }
+          for (int i = 0; i < 4; ++i) {
+            const int col = grp * 8 + 2 * t + (i % 2);
+            const int32_t Ssum = D[0].r[i] + 128 * D[1].r[i] + 16384 * D[2].r[i];
+            const float v = block_value(Ssum, i < 2 ? sa0 : sa1, fb[col * IB + b], sbs[col * IB + b]);
+            un[grp][h][i] = un[grp][h][i] + v;
+          }
+        }
+      }
+    }
+    for (int grp = 0; grp < NG; ++grp)
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 4; ++i) {
+          const int col = grp * 8 + 2 * t + (i % 2);
+          if (col >= nu) continue;
+          const int row = row0 + 16 * h + g + 8 * (i / 2);
+          a.units[(((size_t(r) * S * SL + uses[u0 + col]) * HID) + row) * KC + kc] = un[grp][h][i];
+        }
+  }
+}
+
+constexpr int kDnWarps = 4;  // 32 rows a warp, 128 a CTA
+
+__global__ void __launch_bounds__(128) fast_down_units_kernel(FastUnitsArgs a) {
+  __shared__ int uses[kMaxUseList];
+  __shared__ float fb[kUses * 32];  // (kUses, IB <= 32)
+  __shared__ uint8_t sbs[kUses * 32];
+  const DevCfg& cfg = a.cfg;
+  const int r = blockIdx.z, S = a.tokens, I = cfg.inter, IB = I / 32, SL = cfg.moe_slots;
+  const int32_t* list = a.ulist + size_t(r) * (cfg.n_experts + 1);
+  if (int(blockIdx.x) >= list[cfg.n_experts]) return;
+  const int e = list[blockIdx.x];
+  const size_t ex = size_t(r) * cfg.n_experts + e;
+  if (a.ex.w2[ex] == nullptr || a.ex.s2[ex] == nullptr) {
+    if (threadIdx.x == 0) atomicExch(a.missing, 1);
+    return;
+  }
+  const int n_use = build_uses(uses, a.ids, r, e, S, cfg);
+  const int row0 = int(blockIdx.y) * 32 * kDnWarps + 32 * (int(threadIdx.x) / 32);
+  for (int u0 = 0; u0 < n_use; u0 += kUses) {
+    const int nu = n_use - u0 < kUses ? n_use - u0 : kUses;
+    for (int i = int(threadIdx.x); i < kUses * IB; i += int(blockDim.x)) {
+      const int u = i / IB, b = i % IB;
+      if (u < nu) {
+        const size_t mb = (size_t(r) * S * SL + uses[u0 + u]) * IB + b;
+        sbs[i] = a.midsc[mb];
+        fb[i] = b_factor(a.midsc[mb], a.mnan[mb] != 0);
+      } else {
+        sbs[i] = 127, fb[i] = 0.0f;
+      }
+    }
+    __syncthreads();
+    if (nu > 8) down_units_tile<2>(a, r, e, row0, uses, u0, nu, fb, sbs);
+    else down_units_tile<1>(a, r, e, row0, uses, u0, nu, fb, sbs);
+    __syncthreads();
+  }
+}
+
+size_t up_gate_smem(const DevCfg& cfg) {
+  const size_t KB = size_t(cfg.hidden) / 32;
+  return kUses * KB * 4 + size_t(cfg.waves) * 4 * 16 * kUses * 4 + kUses * 32 * 4 + kUses * KB;
+}
+
+}  // namespace
+
+void launch_e4m3_limbs(const LimbsArgs& a, hipStream_t s) {
+  if (a.n % 32 != 0) throw std::invalid_argument("e4m3_limbs: rows must be whole 32-blocks");
+  const size_t threads = size_t(a.rows) * (a.n / 32) * 4;
+  if (threads == 0) return;
+  hipLaunchKernelGGL(e4m3_limbs_kernel, dim3(unsigned((threads + 127) / 128)), dim3(128), 0, s, a);
+  K4_HIP_CHECK_LAUNCH();
+}
+
+void launch_fast_up_gate(const FastUpGateArgs& a, hipStream_t s) {
+  const DevCfg& cfg = a.cfg;
+  if (!fast_moe_supported(cfg, a.tokens)) throw std::invalid_argument("fast up/gate: this config is not supported");
+  const size_t smem = up_gate_smem(cfg);
+  static size_t allowed = 48 * 1024;
+  if (smem > allowed) {
+    K4_HIP_CHECK(hipFuncSetAttribute(reinterpret_cast<const void*>(&fast_up_gate_kernel),
+                                     hipFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    allowed = smem;
+  }
+  const int max_experts = std::min(cfg.n_experts, cfg.top_k * a.tokens + 1);
+  hipLaunchKernelGGL(fast_up_gate_kernel, dim3(unsigned(max_experts), unsigned(cfg.inter / 32), unsigned(a.ranks)),
+                     dim3(32 * cfg.waves), smem, s, a);
+  K4_HIP_CHECK_LAUNCH();
+}
+
+void launch_fast_down_units(const FastUnitsArgs& a, hipStream_t s) {
+  const DevCfg& cfg = a.cfg;
+  if (!fast_moe_supported(cfg, a.tokens) || cfg.hidden % (32 * kDnWarps) != 0 || cfg.inter / 32 > 32)
+    throw std::invalid_argument("fast down: this config is not supported");
+  const int max_experts = std::min(cfg.n_experts, cfg.top_k * a.tokens + 1);
+  hipLaunchKernelGGL(fast_down_units_kernel,
+                     dim3(unsigned(max_experts), unsigned(cfg.hidden / (32 * kDnWarps)), unsigned(a.ranks)),
+                     dim3(32 * kDnWarps), 0, s, a);
+  K4_HIP_CHECK_LAUNCH();
+}
+#endif
+
+}  // namespace k4::gpu

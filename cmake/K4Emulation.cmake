@@ -56,7 +56,7 @@ k4_emulation_variant(k4_emu_tests KERNELS k4_emu_kernels DEFINES ${K4_EMU_DEFINE
 set(_k4_emu_env "OMP_WAIT_POLICY=passive")
 set(_k4_emu_stages "-ts=gpu_stages")
 add_test(NAME k4_emu_tests/stages COMMAND k4_emu_tests ${_k4_emu_stages}
-         "-tc=plant probe,sanitizer case,stage twins,adversarial" --no-colors=true)
+         "-tc=plant probe,sanitizer case,stage twins,adversarial,per-rank index scores" --no-colors=true)
 add_test(NAME k4_emu_tests/all-reduce COMMAND k4_emu_tests ${_k4_emu_stages} "-tc=all-reduce forms" --no-colors=true)
 add_test(NAME k4_emu_tests/full-preset COMMAND k4_emu_tests ${_k4_emu_stages} "-tc=full preset" --no-colors=true)
 add_test(NAME k4_emu_tests/golden COMMAND k4_emu_tests -ts=gpu_golden --no-colors=true)

@@ -2,7 +2,8 @@
 // reference/stages/index.cpp (index (seed:L289-L640): step_rows, index_key, rank_blocks, place,
 // select_blocks, select_long, wave_best, rank_cands).
 //
-// Contract (reference/stages/index.hpp), per token row k, ctx = max(seq_len, 1),
+// Contract (reference/stages/index.hpp), per rank r from r's own scores (its own mailbox's
+// iscore (seed:L487)), per token row k, ctx = max(seq_len, 1),
 // n_blk = ceil(ctx / 128):
 //  - key(b): the score's bits as a signed-orderable int, pinned blocks forced (init 1e30,
 //    local 1e29), -0 == +0, NaN below -Inf; a context of <= TOPK_BLOCKS blocks is not scored
@@ -102,7 +103,7 @@ struct ShortBody {
     if (row.long_path) return;  // uniform over the block
     const int n_blk = row.n_blk, n_sel = n_blk < T ? n_blk : T, tail = n_blk - 1;
     const bool scored = n_blk > T;  // scored (seed:L302) -- short contexts take id order
-    const float* sc = a.scores + size_t(k) * a.score_width;
+    const float* sc = a.scores + (size_t(r) * S + k) * a.score_width;  // rank r's own scores
     c.each(n_blk, [&](int b) {
       // a pinned block's slot holds no score: its key is forced, the word is not used
       const bool pinned = b < cfg.init_blocks || b >= n_blk - cfg.local_blocks;
@@ -230,7 +231,7 @@ struct LongShareBody {
     int32_t* cand_b = carve.take<int32_t>(cfg.waves * 16);
     const int n_blk = row.n_blk;
     const int span = (n_blk + NS - 1) / NS, lo = part * span, hi = lo + span < n_blk ? lo + span : n_blk;
-    const float* sc = a.scores + size_t(k) * a.score_width;
+    const float* sc = a.scores + (size_t(r) * S + k) * a.score_width;  // rank r's own scores
     c.each(n, [&](int t) {  // thread t = wave * 64 + lane keys blocks lo + t and lo + t + THREADS
       for (int i = 0; i < kCandBatch; ++i) {
         const int b = lo + t + cfg.threads * i;

@@ -189,7 +189,7 @@ struct Runner::Impl {
     const StepShared& sh = in.shared;
     S = sh.tokens, q_len = sh.q_len, bt_width = sh.bt_width, score_width = sh.score_width;
     ag = opt.ar_form < 0 ? (cfg.ag_rs(S) ? 1 : 0) : (opt.ar_form != 0 ? 1 : 0);
-    upload(seq_lens, sh.seq_lens), upload(block_table, sh.block_table), upload(scores, sh.index_scores);
+    upload(seq_lens, sh.seq_lens), upload(block_table, sh.block_table);
     upload(h_in, sh.h_in);
     int max_pages = 1;
     for (const StepRank& R : in.ranks) max_pages = std::max(max_pages, R.n_pages);
@@ -197,17 +197,19 @@ struct Runner::Impl {
     cache_slice = size_t(max_pages) * page_bytes;
     scale_slice = cfg.one_kv_scale() ? 1 : size_t(max_pages) * cfg.page;
     std::vector<uint16_t> qh;
+    std::vector<float> sch;  // (W, S, score_width): every rank's own index scores
     std::vector<uint8_t> kh(W * cache_slice, 0), vh(W * cache_slice, 0);
     std::vector<float> ksh(W * scale_slice, 0.0f), vsh(W * scale_slice, 0.0f);
     for (int r = 0; r < W; ++r) {
       const StepRank& R = in.ranks[r];
       qh.insert(qh.end(), R.q.begin(), R.q.end());
+      sch.insert(sch.end(), R.index_scores.begin(), R.index_scores.end());
       std::copy(R.k_cache.begin(), R.k_cache.end(), kh.begin() + r * cache_slice);
       std::copy(R.v_cache.begin(), R.v_cache.end(), vh.begin() + r * cache_slice);
       std::copy(R.k_scale.begin(), R.k_scale.end(), ksh.begin() + r * scale_slice);
       std::copy(R.v_scale.begin(), R.v_scale.end(), vsh.begin() + r * scale_slice);
     }
-    upload(q, qh), upload(k_cache, kh), upload(v_cache, vh), upload(k_scale, ksh), upload(v_scale, vsh);
+    upload(q, qh), upload(scores, sch), upload(k_cache, kh), upload(v_cache, vh), upload(k_scale, ksh), upload(v_scale, vsh);
     // outputs
     const size_t OK = cfg.o_k(), H = cfg.hidden, NS = cfg.n_split, HD = cfg.heads, E = cfg.n_routed;
     const size_t SL = cfg.moe_slots(), I = cfg.inter, TW = cfg.sparse_table_words(), WS = size_t(W) * S;
@@ -682,12 +684,15 @@ Config one_rank(const Config& cfg) {
 
 }  // namespace
 
-void select_blocks(IndexOut& out, const StepShared& in, const Config& cfg) {
+void select_blocks(IndexOut& out, const StepShared& in, const std::vector<float>& scores, const Config& cfg) {
   const DevCfg dc = dev_cfg(cfg);
   const int S = in.tokens;
+  if (scores.size() != size_t(S) * in.score_width)
+    throw std::invalid_argument("index: the rank's index_scores have " + std::to_string(scores.size()) +
+                                " elements, expected " + std::to_string(size_t(S) * in.score_width) + " (S, score_width)");
   auto sl = to_device(in.seq_lens);
   auto bt = to_device(in.block_table);
-  auto sc = to_device(in.index_scores);
+  auto sc = to_device(scores);
   DeviceBuffer<int32_t> table(size_t(S) * dc.table_words), blocks(size_t(S) * dc.topk_blocks), n_ctx(S);
   DeviceBuffer<int32_t> cand(size_t(S) * dc.n_split * 32);
   DeviceBuffer<uint8_t> long_row(S);

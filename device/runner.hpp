@@ -103,7 +103,7 @@ class Runner {
 StepResult run_step(const LayerWeights& w, const StepInputs& in, const RunOptions& opt = {});
 
 // ---- the stage twins (reference/stages/*.hpp signatures), one rank each -------------------
-void select_blocks(IndexOut& out, const StepShared& in, const Config& cfg);
+void select_blocks(IndexOut& out, const StepShared& in, const std::vector<float>& scores, const Config& cfg);
 void split_attention(SplitOut& out, const StepShared& sh, const StepRank& rank, const IndexOut& idx, const Config& cfg);
 void merge_partitions(MergeOut& out, const SplitOut& sp, int tokens, const Config& cfg);
 void o_proj_partials(OprojOut& out, const MergeOut& mg, const RankWeights& w, int tokens, const Config& cfg);

@@ -22,7 +22,7 @@ struct IndexArgs {
   int32_t* cand;               // (W, S, NS, 16, 2) long path: each share's 16 best (key, block)
   const int32_t* seq_lens;     // (S)
   const int32_t* block_table;  // (S, bt_width)
-  const float* scores;         // (S, score_width)
+  const float* scores;         // (W, S, score_width) each rank's own: its iscore (seed:L487)
   int tokens, q_len, bt_width, score_width, ranks;
   DevCfg cfg;
 };

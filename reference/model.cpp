@@ -46,7 +46,6 @@ void validate_inputs(const StepInputs& in, const Config& cfg) {
   if (sh.q_len < 1 || S % sh.q_len != 0) bad("q_len", std::to_string(sh.q_len) + " must divide the token count " + std::to_string(S));
   expect_size("seq_lens", sh.seq_lens.size(), S, "(S)");
   expect_size("block_table", sh.block_table.size(), size_t(S) * sh.bt_width, "(S, bt_width)");
-  expect_size("index_scores", sh.index_scores.size(), size_t(S) * sh.score_width, "(S, score_width)");
   expect_size("h_in", sh.h_in.size(), size_t(S) * cfg.hidden, "(S, hidden)");
   if (int(in.ranks.size()) != cfg.tp) bad("ranks", std::to_string(in.ranks.size()) + " rank inputs, expected tp = " + std::to_string(cfg.tp));
   for (int k = 0; k < S; ++k)
@@ -69,6 +68,7 @@ void validate_inputs(const StepInputs& in, const Config& cfg) {
     const std::string p = "rank" + std::to_string(rk) + "/";
     const size_t page_bytes = size_t(cfg.page) * cfg.head_dim;
     expect_size(p + "q", R.q.size(), size_t(S) * cfg.o_k(), "(S, o_k)");
+    expect_size(p + "index_scores", R.index_scores.size(), size_t(S) * sh.score_width, "(S, score_width)");
     expect_size(p + "k_cache", R.k_cache.size(), size_t(R.n_pages) * page_bytes, "(n_pages, page * head_dim)");
     expect_size(p + "v_cache", R.v_cache.size(), size_t(R.n_pages) * page_bytes, "(n_pages, page * head_dim)");
     const size_t n_scales = cfg.one_kv_scale() ? 1 : size_t(R.n_pages) * cfg.page;
@@ -94,7 +94,7 @@ StepResult run_step(const LayerWeights& w, const StepInputs& in) {
   res.ranks.resize(W);
   for (int r = 0; r < W; ++r) {  // stages 0..3 up to the partial rows
     RankResult& R = res.ranks[r];
-    select_blocks(R.index, in.shared, cfg);
+    select_blocks(R.index, in.shared, in.ranks[r].index_scores, cfg);  // its own index head
     split_attention(R.split, in.shared, in.ranks[r], R.index, cfg);
     merge_partitions(R.merge, R.split, S, cfg);
     o_proj_partials(R.oproj, R.merge, w.ranks[r], S, cfg);

@@ -242,6 +242,17 @@ Run add_inspect(CLI::App& app) {
                                            : std::string("?");
       std::printf("  @%s = %s\n", a.c_str(), v.c_str());
     }
+    // the build the file was made for (docs/numerics.md §13), from its config: a dump or a
+    // version 1 golden without the variant attribute shows it too
+    if (root.has_attr("config") && root.attr_kind("config") == "string") {
+      try {
+        const Config cfg = golden::config_from_json(root.attr_string("config"), o->file);
+        std::printf("  variant (from the config): %s\n", variant_name(cfg.variant).c_str());
+      } catch (const golden::FormatError& e) {
+        if (!o->no_validate) throw;
+        std::printf("  variant: unknown (%s)\n", e.what());
+      }
+    }
     walk(root, "/", o->no_stats ? 0 : o->samples, !o->no_stats, o->path);
     return 0;
   };

@@ -310,8 +310,9 @@ DumpReader::DumpReader(const std::string& path, const std::string& what) : p_(st
   if (magic != kMagic) bad("not a K4 golden or dump (magic '" + magic + "', expected '" + kMagic + "')");
   if (!r.has_attr("schema_version") || r.attr_kind("schema_version") != "int") bad("integer attribute schema_version is missing at /");
   const int64_t v = r.attr_int("schema_version");
-  if (v != kSchemaVersion)
-    bad("was written in schema version " + std::to_string(v) + "; this tool reads version " + std::to_string(kSchemaVersion) +
+  if (v < kOldestSchemaVersion || v > kSchemaVersion)
+    bad("was written in schema version " + std::to_string(v) + "; this tool reads versions " +
+        std::to_string(kOldestSchemaVersion) + ".." + std::to_string(kSchemaVersion) +
         " (regenerate it with this tool's `k4 golden`, or rebuild the kernel runner)");
 }
 DumpReader::~DumpReader() = default;

@@ -177,16 +177,17 @@ std::vector<ReplayStep> replay_index(const Ctx& c, int r, size_t ml) {
                         IndexStage st = c.gr.index(r);
                         st.in.seq_lens = in_vec<int32_t>(x, "seq_lens");
                         st.in.block_table = in_vec<int32_t>(x, "block_table");
-                        st.in.index_scores = in_vec<float>(x, "index_scores");
+                        st.index_scores = in_vec<float>(x, "index_scores");  // this rank's
                         // select_blocks reads by these values: they must be inputs the model serves
                         // (seq_lens in range, block-table entries inside every rank's cache), as
                         // run_step checks (found by fuzzing: a seq_len of 2^28 read index_scores out
                         // of bounds, a block-table entry of 1886226432 overflowed page * stride)
                         StepInputs si = c.gr.inputs();
                         si.shared = st.in;
+                        si.ranks[size_t(r)].index_scores = st.index_scores;
                         validate_inputs(si, c.cfg);
                         IndexOut o;
-                        select_blocks(o, st.in, c.cfg);
+                        select_blocks(o, st.in, st.index_scores, c.cfg);
                         return std::map<std::string, RawTensor>{{"sparse_table", out_tensor(DType::I32, o.sparse_table)},
                                                                 {"blocks", out_tensor(DType::I32, o.blocks)},
                                                                 {"n_ctx", out_tensor(DType::I32, o.n_ctx)},

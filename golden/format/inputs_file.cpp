@@ -1,8 +1,9 @@
 // inputs_file.cpp -- the inputs file a user captures (schema.hpp, "an inputs file").
 //
-//   /                 magic "K4INPUTS", schema_version 1, config (JSON), tp, tokens, q_len
-//   /inputs/          seq_lens, block_table, index_scores, h_in       (as in a golden)
-//   /rank<r>/inputs/  q, k_cache, v_cache, k_scale, v_scale           (whole caches)
+//   /                 magic "K4INPUTS", schema_version 2, config (JSON), tp, tokens, q_len
+//   /inputs/          seq_lens, block_table, h_in                     (as in a golden)
+//   /rank<r>/inputs/  q, index_scores, k_cache, v_cache, k_scale, v_scale   (whole caches)
+// A version 1 file has one /inputs/index_scores: every rank reads it (one index head).
 // Datasets carry dtype / dims / meaning like a golden's; attribute n_pages on /rank<r>/inputs.
 #include <nlohmann/json.hpp>
 
@@ -23,6 +24,10 @@ h5::Elem elem_for(DType d) {
     default: return h5::Elem::U8;
   }
 }
+
+// A version 1 inputs file's scores, one tensor every rank read.
+const TensorSpec kSharedScoresV1 = {"/inputs", "index_scores", DType::F32, "token,score_block", "",
+                                    "K1's per-block index score, every rank's (schema version 1)"};
 
 const TensorSpec& spec(const std::string& group, const std::string& name) {
   for (const TensorSpec& s : tensor_specs())
@@ -129,7 +134,6 @@ void write_inputs_file(const std::string& path, const Config& cfg, const StepInp
     ig.set_attr("score_width", int64_t(d.score_width));
     put(ig, spec("/inputs", "seq_lens"), d, in.shared.seq_lens);
     put(ig, spec("/inputs", "block_table"), d, in.shared.block_table);
-    put(ig, spec("/inputs", "index_scores"), d, in.shared.index_scores);
     put(ig, spec("/inputs", "h_in"), d, in.shared.h_in);
     if (int(in.ranks.size()) != cfg.tp)
       throw std::invalid_argument("inputs: " + std::to_string(in.ranks.size()) + " ranks, expected tp = " + std::to_string(cfg.tp));
@@ -139,6 +143,7 @@ void write_inputs_file(const std::string& path, const Config& cfg, const StepInp
       g.set_attr("n_pages", int64_t(R.n_pages));
       d.pages = R.n_pages;
       put(g, spec("split/inputs", "q"), d, R.q);
+      put(g, spec("index/inputs", "index_scores"), d, R.index_scores);
       put(g, spec("split/inputs", "k_cache"), d, R.k_cache);
       put(g, spec("split/inputs", "v_cache"), d, R.v_cache);
       put(g, spec("split/inputs", "k_scale"), d, R.k_scale);
@@ -182,9 +187,10 @@ StepInputs read_inputs_file(const std::string& path, Config* cfg_out) {
     h5::File f(path, h5::File::Mode::ReadOnly);
     h5::Group root = f.root();
     const int64_t version = A.integer(root, "schema_version");
-    if (version != kSchemaVersion)
+    if (version < kOldestSchemaVersion || version > kSchemaVersion)
       throw FormatError("inputs file " + path + " was written by schema version " + std::to_string(version) +
-                        "; this tool reads version " + std::to_string(kSchemaVersion));
+                        "; this tool reads versions " + std::to_string(kOldestSchemaVersion) + ".." +
+                        std::to_string(kSchemaVersion));
     const Config cfg = config_from_json(A.string(root, "config"), "inputs file " + path);
     const int64_t tp = A.integer(root, "tp");
     if (tp != cfg.tp)
@@ -204,7 +210,8 @@ StepInputs read_inputs_file(const std::string& path, Config* cfg_out) {
     in.shared.score_width = d.score_width;
     in.shared.seq_lens = get<int32_t>(ig, spec("/inputs", "seq_lens"), d, path);
     in.shared.block_table = get<int32_t>(ig, spec("/inputs", "block_table"), d, path);
-    in.shared.index_scores = get<float>(ig, spec("/inputs", "index_scores"), d, path);
+    std::vector<float> shared_scores;  // version 1: every rank's
+    if (version == 1) shared_scores = get<float>(ig, kSharedScoresV1, d, path);
     in.shared.h_in = get<uint16_t>(ig, spec("/inputs", "h_in"), d, path);
     for (int r = 0; r < cfg.tp; ++r) {
       const std::string rg = "/rank" + std::to_string(r) + "/inputs";
@@ -215,6 +222,7 @@ StepInputs read_inputs_file(const std::string& path, Config* cfg_out) {
       R.n_pages = A.ranged(g, "n_pages", 1, kMaxPages);
       d.pages = R.n_pages;
       R.q = get<uint16_t>(g, spec("split/inputs", "q"), d, path);
+      R.index_scores = version == 1 ? shared_scores : get<float>(g, spec("index/inputs", "index_scores"), d, path);
       R.k_cache = get<uint8_t>(g, spec("split/inputs", "k_cache"), d, path);
       R.v_cache = get<uint8_t>(g, spec("split/inputs", "v_cache"), d, path);
       R.k_scale = get<float>(g, spec("split/inputs", "k_scale"), d, path);

@@ -98,10 +98,10 @@ struct GoldenReader::Impl {
     if (magic == kInputsMagic) bad("is an inputs file (magic " + magic + "), not a golden");
     if (magic != kMagic) bad("not a K4 golden (magic '" + magic + "', expected '" + kMagic + "')");
     const int64_t version = int_attr(root, "schema_version");
-    if (version != kSchemaVersion)
+    if (version < kOldestSchemaVersion || version > kSchemaVersion)
       throw FormatError("golden " + path + " was written by schema version " + std::to_string(version) +
-                        "; this tool reads version " + std::to_string(kSchemaVersion) +
-                        "; regenerate with `k4 golden ...`");
+                        "; this tool reads versions " + std::to_string(kOldestSchemaVersion) + ".." +
+                        std::to_string(kSchemaVersion) + "; regenerate with `k4 golden ...`");
     cfg = config_from_json(str_attr(root, "config"), "golden " + path);
     const int64_t tp_attr = int_attr(root, "tp");
     if (tp_attr != cfg.tp) bad("attribute tp = " + std::to_string(tp_attr) + " but config.tp = " + std::to_string(cfg.tp));
@@ -166,7 +166,6 @@ struct GoldenReader::Impl {
     s.score_width = base.score_width;
     s.seq_lens = get<int32_t>(0, "/inputs", "seq_lens");
     s.block_table = get<int32_t>(0, "/inputs", "block_table");
-    s.index_scores = get<float>(0, "/inputs", "index_scores");
     s.h_in = get<uint16_t>(0, "/inputs", "h_in");
     return s;
   }
@@ -192,6 +191,7 @@ struct GoldenReader::Impl {
   StepRank rank_inputs(int r) const {
     StepRank R;
     R.q = get<uint16_t>(r, "split/inputs", "q");
+    R.index_scores = get<float>(r, "index/inputs", "index_scores");
     std::string form;
     int64_t n_pages;
     {
@@ -316,7 +316,7 @@ std::string GoldenReader::root_attr(const std::string& name) const {
 
 IndexStage GoldenReader::index(int r) const {
   p_->check_rank(r);
-  return IndexStage{p_->shared(), p_->read_fields(r, "index/outputs").index};
+  return IndexStage{p_->shared(), p_->get<float>(r, "index/inputs", "index_scores"), p_->read_fields(r, "index/outputs").index};
 }
 
 SplitStage GoldenReader::split(int r) const {

@@ -63,12 +63,11 @@ const std::vector<TensorSpec>& tensor_specs() {
     // shared inputs
     {"/inputs", "seq_lens", D::I32, "token", "", "keys a row attends to (0 = pad row: one key of page 0)"},
     {"/inputs", "block_table", D::I32, "token,bt_block", "", "page id of each 128-key block; its 8 pages are entry * kv_page_stride + j"},
-    {"/inputs", "index_scores", D::F32, "token,score_block", "", "K1's per-block index score (pinned blocks' unread)"},
     {"/inputs", "h_in", D::BF16, "token,hidden", "", "residual stream entering the layer's post-attention"},
     // stage 0: index
     {"index/inputs", "seq_lens", D::I32, "token", "/inputs/seq_lens", "shared input"},
     {"index/inputs", "block_table", D::I32, "token,bt_block", "/inputs/block_table", "shared input"},
-    {"index/inputs", "index_scores", D::F32, "token,score_block", "/inputs/index_scores", "shared input"},
+    {"index/inputs", "index_scores", D::F32, "token,score_block", "", "K1's per-block index score from this rank's own index head (pinned blocks' unread)"},
     {"index/outputs", "sparse_table", D::I32, "token,table_word", "", "page ids of slot s at s*8 + j; the last word n_ctx; unselected 0", F(index.sparse_table)},
     {"index/outputs", "blocks", D::I32, "token,topk_slot", "", "block id in each slot, -1 where none", F(index.blocks)},
     {"index/outputs", "n_ctx", D::I32, "token", "", "sparse context length (keys)", F(index.n_ctx)},

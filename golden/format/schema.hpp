@@ -2,13 +2,15 @@
 // bits in HDF5 (docs/golden-format.md is the reference; the table in schema.cpp is the one
 // source of truth both directions use).
 //
-//   /                      attributes magic "K4GOLDEN", schema_version 1, contract_version,
+//   /                      attributes magic "K4GOLDEN", schema_version 2, contract_version,
 //                          tool_version, config (JSON), scenario (JSON), seeds (JSON), tp,
 //                          tokens, weights
-//   /inputs/               the shared step inputs (seq_lens, block_table, index_scores, h_in)
+//   /inputs/               the shared step inputs (seq_lens, block_table, h_in)
 //   /rank<r>/<stage>/inputs/   stage in index, split, merge, oproj, router, moe
 //   /rank<r>/<stage>/outputs/
 // A stage input that is another stage's output (or a shared input) is a soft link to it.
+// /rank<r>/index/inputs/index_scores is stored per rank (each rank's own index head); a rank
+// whose scores equal rank 0's links to rank 0's.
 // Every dataset is an integer dataset of raw bits with attributes dtype, dims and meaning.
 #pragma once
 #include <cstdint>
@@ -28,7 +30,11 @@
 namespace k4::golden {
 
 constexpr const char* kMagic = "K4GOLDEN";
-constexpr int kSchemaVersion = 1;
+// Version 2: index scores per rank (/rank<r>/index/inputs/index_scores). Version 1 files
+// (one /inputs/index_scores, every rank's index/inputs/index_scores a link to it) are still
+// read: every rank gets those scores, which is what a version 1 golden was made from.
+constexpr int kSchemaVersion = 2;
+constexpr int kOldestSchemaVersion = 1;
 constexpr const char* kContractVersion = "1";
 constexpr const char* kInputsMagic = "K4INPUTS";
 // The most KV pages a rank's cache may have in a golden or inputs file (a bound for the readers
@@ -78,7 +84,8 @@ void write_golden(const std::string& path, const LayerWeights& w, const StepInpu
 // ---- reading ---------------------------------------------------------------------------
 
 struct IndexStage {
-  StepShared in;  // tokens, q_len, seq_lens, block_table, index_scores (h_in too)
+  StepShared in;                    // tokens, q_len, seq_lens, block_table (h_in too)
+  std::vector<float> index_scores;  // this rank's (S, score_width)
   IndexOut out;
 };
 struct SplitStage {
@@ -153,9 +160,10 @@ class GoldenReader {
 };
 
 // ---- an inputs file (what a user captured) ---------------------------------------------
-// Root attributes magic "K4INPUTS", schema_version 1, config (JSON), tokens, q_len, tp;
-// /inputs/{seq_lens, block_table, index_scores, h_in} as in a golden;
-// /rank<r>/inputs/{q, k_cache, v_cache, k_scale, v_scale} whole caches.
+// Root attributes magic "K4INPUTS", schema_version 2, config (JSON), tokens, q_len, tp;
+// /inputs/{seq_lens, block_table, h_in} as in a golden;
+// /rank<r>/inputs/{q, index_scores, k_cache, v_cache, k_scale, v_scale} whole caches.
+// A version 1 file's one /inputs/index_scores is read as every rank's.
 void write_inputs_file(const std::string& path, const Config& cfg, const StepInputs& in, bool overwrite);
 // Reads an inputs file or the inputs of a golden. cfg_out receives the file's config.
 StepInputs read_inputs_file(const std::string& path, Config* cfg_out = nullptr);

@@ -174,6 +174,7 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
     g.set_attr("tokens", int64_t(in.shared.tokens));
     g.set_attr("q_len", int64_t(in.shared.q_len));
     put_links(g, "index/inputs", r);
+    put_or_link(W, g, "index/inputs", "index_scores", I.index_scores, in.ranks[0].index_scores, r);
     put_outputs(W, stage("index", "outputs"), "index", R);
   }
   // stage 1: the KV pages, whole or the selection
@@ -298,7 +299,6 @@ void write_golden(const std::string& path, const LayerWeights& lw, const StepInp
     ig.set_attr("score_width", int64_t(in.shared.score_width));
     W.put(ig, "/inputs", "seq_lens", in.shared.seq_lens);
     W.put(ig, "/inputs", "block_table", in.shared.block_table);
-    W.put(ig, "/inputs", "index_scores", in.shared.index_scores);
     W.put(ig, "/inputs", "h_in", in.shared.h_in);
     for (int r = 0; r < c.tp; ++r) write_rank(W, root, lw, in, res, meta, r);
     W.file.close();

@@ -138,8 +138,8 @@ Scenario scenario_from_json(const std::string& text, const std::string& where) {
     bad(where, std::string("not valid JSON (") + e.what() + ")");
   }
   if (!j.is_object()) bad(where, "a scenario is a JSON object");
-  static const std::set<std::string> keys = {"tokens",         "q_len",        "context", "pad_rows", "static_kv_scale",
-                                             "kv_page_stride", "cache_blocks", "inject"};
+  static const std::set<std::string> keys = {"tokens",         "q_len",        "context",     "pad_rows", "static_kv_scale",
+                                             "kv_page_stride", "cache_blocks", "rank_scores", "inject"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!keys.count(it.key())) bad(where, "unknown key '" + it.key() + "'");
   Scenario s;
@@ -164,6 +164,7 @@ Scenario scenario_from_json(const std::string& text, const std::string& where) {
   }
   get_opt(j, "kv_page_stride", s.kv_page_stride, where);
   get_opt(j, "cache_blocks", s.cache_blocks, where);
+  get_opt(j, "rank_scores", s.rank_scores, where);
   if (j.contains("inject")) {
     const json& i = j["inject"];
     if (!i.is_object()) bad(where, "inject is a JSON object");
@@ -216,6 +217,7 @@ std::string scenario_to_json(const Scenario& s) {
   if (s.static_kv_scale >= 0) j["static_kv_scale"] = s.static_kv_scale == 1;
   if (s.kv_page_stride >= 0) j["kv_page_stride"] = s.kv_page_stride;
   j["cache_blocks"] = s.cache_blocks;
+  j["rank_scores"] = s.rank_scores;
   const Injections& x = s.inject;
   nlohmann::ordered_json i;
   i["score_ties"] = x.score_ties;
@@ -289,6 +291,8 @@ void validate_scenario(const Scenario& s, const Config& cfg, const std::string& 
     if (r < 0 || r >= s.tokens) bad(w, "zero row " + std::to_string(r) + " is outside 0.." + std::to_string(s.tokens - 1));
   if (s.kv_page_stride != -1 && s.kv_page_stride != 8 && s.kv_page_stride != 16)
     bad(w, "kv_page_stride " + std::to_string(s.kv_page_stride) + " is none of 8, 16");
+  if (s.rank_scores != "own" && s.rank_scores != "shared" && s.rank_scores != "distinct")
+    bad(w, "rank_scores '" + s.rank_scores + "' is none of own, shared, distinct");
   if (s.cache_blocks < 1 || s.cache_blocks > kMaxCacheBlocks)
     bad(w, "cache_blocks " + std::to_string(s.cache_blocks) + " is outside 1.." + std::to_string(kMaxCacheBlocks) +
                " (a rank's K + V caches at most 1 GiB)");
@@ -337,6 +341,49 @@ std::vector<int32_t> scenario_seq_lens(const Config& cfg, const Scenario& s, uin
   return seq;
 }
 
+namespace {
+
+// Rank r's index scores (S, score_width): K1's scores from the rank's own index head, drawn
+// independently a rank (rank 0 from the streams a one-head step used), then the score
+// injections. rank_scores "distinct" adds 32 to the blocks b = r (mod tp) of every scored
+// row (more than TOPK_BLOCKS blocks), so that each rank selects a different set.
+std::vector<float> rank_index_scores(const Config& c, const Scenario& s, uint64_t seed, const StepShared& sh,
+                                     const std::vector<int>& nblk, const std::vector<bool>& zero, int r) {
+  const int S = sh.tokens;
+  const std::string rk = r == 0 ? "" : "/rank" + std::to_string(r);
+  std::vector<float> v(size_t(S) * sh.score_width);
+  Rng rng(seed, "index_scores" + rk);
+  for (float& f : v) f = float(4.0 * rng.normal());
+  const Injections& x = s.inject;
+  Rng pick(seed, "score_injections" + rk);
+  for (int k = 0; k < S; ++k) {
+    float* row = &v[size_t(k) * sh.score_width];
+    const int n = nblk[size_t(k)];
+    if (s.rank_scores == "distinct" && n > c.topk_blocks)
+      for (int b = r; b < n; b += c.tp) row[b] += 32.0f;
+    if (x.score_ties) {
+      float best = -std::numeric_limits<float>::infinity();
+      for (int b = 0; b < n; ++b) {
+        row[b] = std::floor(row[b] * 2.0f) * 0.5f;
+        best = std::max(best, row[b]);
+      }
+      for (int t = 0; t < std::min(n, 3); ++t) row[pick.range(0, n - 1)] = best;
+    }
+    for (int t = 0; t < x.nan_scores; ++t)
+      row[pick.range(0, n - 1)] = f32_from_bits((t % 2) ? 0xFFC00000u : 0x7FC00000u);
+    for (int t = 0; t < x.neg_zero_scores; ++t) {
+      row[pick.range(0, n - 1)] = -0.0f;
+      row[pick.range(0, n - 1)] = 0.0f;
+    }
+    for (int t = 0; t < x.inf_scores; ++t)
+      row[pick.range(0, n - 1)] = (t % 2) ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+    if (zero[size_t(k)]) std::fill(row, row + sh.score_width, 0.0f);
+  }
+  return v;
+}
+
+}  // namespace
+
 StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, const LayerWeights* w) {
   validate_scenario(s, cfg);
   const Config& c = cfg;
@@ -380,35 +427,10 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
       sh.block_table[size_t(k) * sh.bt_width + b] = perm[size_t((offset[size_t(i)] + b) % n_alloc)];
   }
 
-  // Index scores.
-  sh.index_scores.resize(size_t(S) * sh.score_width);
-  {
-    Rng rng(seed, "index_scores");
-    for (float& v : sh.index_scores) v = float(4.0 * rng.normal());
-    const Injections& x = s.inject;
-    Rng pick(seed, "score_injections");
-    for (int k = 0; k < S; ++k) {
-      float* row = &sh.index_scores[size_t(k) * sh.score_width];
-      const int n = nblk[size_t(k)];
-      if (x.score_ties) {
-        float best = -std::numeric_limits<float>::infinity();
-        for (int b = 0; b < n; ++b) {
-          row[b] = std::floor(row[b] * 2.0f) * 0.5f;
-          best = std::max(best, row[b]);
-        }
-        for (int t = 0; t < std::min(n, 3); ++t) row[pick.range(0, n - 1)] = best;
-      }
-      for (int t = 0; t < x.nan_scores; ++t)
-        row[pick.range(0, n - 1)] = f32_from_bits((t % 2) ? 0xFFC00000u : 0x7FC00000u);
-      for (int t = 0; t < x.neg_zero_scores; ++t) {
-        row[pick.range(0, n - 1)] = -0.0f;
-        row[pick.range(0, n - 1)] = 0.0f;
-      }
-      for (int t = 0; t < x.inf_scores; ++t)
-        row[pick.range(0, n - 1)] = (t % 2) ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
-      if (zero[size_t(k)]) std::fill(row, row + sh.score_width, 0.0f);
-    }
-  }
+  // Index scores: each rank's own index head (rank_scores), or rank 0's everywhere.
+  std::vector<std::vector<float>> scores(size_t(c.tp));
+  for (int r = 0; r < c.tp; ++r)
+    scores[size_t(r)] = s.rank_scores == "shared" && r > 0 ? scores[0] : rank_index_scores(c, s, seed, sh, nblk, zero, r);
 
   // Residual.
   sh.h_in.resize(size_t(S) * H);
@@ -452,6 +474,7 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
   for (int r = 0; r < c.tp; ++r) {
     StepRank R0;
     const std::string rk = "/rank" + std::to_string(r);
+    R0.index_scores = std::move(scores[size_t(r)]);
     R0.q.resize(size_t(S) * OK);
     Rng rq(seed, "q" + rk);
     for (uint16_t& v : R0.q) v = bf16_bits_rne(float(rq.normal()));

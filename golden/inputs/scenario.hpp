@@ -9,6 +9,11 @@
 //    "pad_rows": [3],                      seq_len 0, all-zero block-table row
 //    "static_kv_scale": false, "kv_page_stride": 16,   override the config's
 //    "cache_blocks": 256,                  block allocations in the cache at most
+//    "rank_scores": "own",                 index scores: "own" (each rank's index head, drawn
+//                                          independently), "shared" (rank 0's everywhere: one
+//                                          head), "distinct" (own, and rank r's blocks
+//                                          b = r mod tp lifted by 32: every rank selects a
+//                                          different set where the row is scored)
 //    "inject": {"score_ties": true, "nan_scores": 2, "neg_zero_scores": 2, "inf_scores": 2,
 //               "repeated_expert": 5 | true, "extreme_q": true, "huge_residual": true,
 //               "extreme_kv": true, "zero_rows": [1],
@@ -87,6 +92,7 @@ struct Scenario {
   int static_kv_scale = -1;  // -1: the config's, 0 / 1 override
   int kv_page_stride = -1;   // -1: the config's
   int cache_blocks = 256;
+  std::string rank_scores = "own";  // own | shared | distinct
   Injections inject;
 };
 

@@ -128,14 +128,15 @@ void place(Placed& out, const Config& cfg, const int32_t* key, const int32_t* bb
                        : std::min(n_sel * cfg.sparse_block, seq_len);
 }
 
-const float* score_row(const StepShared& in, int k) { return in.index_scores.data() + size_t(k) * in.score_width; }
+const float* score_row(const StepShared& in, const std::vector<float>& scores, int k) {
+  return scores.data() + size_t(k) * in.score_width;
+}
 
 // Short path (rank_blocks (seed:L322-L382)): thread b keys block b, rank = blocks beating it.
-void select_short(Placed& out, const Config& cfg, const StepShared& in, int k, const RowPlan& row) {
+void select_short(Placed& out, const Config& cfg, const StepShared& in, const float* sc, int k, const RowPlan& row) {
   const int n_blk = row.n_blk;
   const bool scored = n_blk > cfg.topk_blocks;  // scored (seed:L302) -- short contexts take id order
   std::vector<int32_t> key(n_blk), bb(n_blk), rank(n_blk, 0);
-  const float* sc = score_row(in, k);
   for (int b = 0; b < n_blk; ++b) {
     // a pinned block's slot holds no score: its key is forced, the word is not used
     const bool pinned = b < cfg.init_blocks || b >= n_blk - cfg.local_blocks;
@@ -202,8 +203,11 @@ void select_long_candidates(int32_t* keys16, int32_t* blocks16, const Config& cf
   for (int i = 0; i < 16; ++i) keys16[i] = top.key[i], blocks16[i] = top.blk[i];
 }
 
-void select_blocks(IndexOut& out, const StepShared& in, const Config& cfg) {
+void select_blocks(IndexOut& out, const StepShared& in, const std::vector<float>& scores, const Config& cfg) {
   const int S = in.tokens, TW = cfg.sparse_table_words();
+  if (scores.size() != size_t(S) * in.score_width)
+    throw std::invalid_argument("index: the rank's index_scores have " + std::to_string(scores.size()) +
+                                " elements, expected " + std::to_string(size_t(S) * in.score_width) + " (S, score_width)");
   out.sparse_table.assign(size_t(S) * TW, 0);
   out.blocks.assign(size_t(S) * cfg.topk_blocks, -1);
   out.n_ctx.assign(S, 0);
@@ -215,11 +219,11 @@ void select_blocks(IndexOut& out, const StepShared& in, const Config& cfg) {
     std::fill(std::begin(p.table), std::end(p.table), 0);
     std::fill(std::begin(p.blocks), std::end(p.blocks), -1);
     if (!rows[k].long_path) {
-      select_short(p, cfg, in, k, rows[k]);
+      select_short(p, cfg, in, score_row(in, scores, k), k, rows[k]);
     } else {
       int32_t key[16], blk[16], rank[16];
       bool live[16];
-      select_long_candidates(key, blk, cfg, score_row(in, k), rows[k].n_blk);
+      select_long_candidates(key, blk, cfg, score_row(in, scores, k), rows[k].n_blk);
       for (int i = 0; i < 16; ++i) rank[i] = i, live[i] = blk[i] >= 0;
       // the tail block is a local one: its key is forced (kt (seed:L611))
       const int32_t kt = index_key(cfg, rows[k].n_blk - 1, 0.0f, rows[k].n_blk);

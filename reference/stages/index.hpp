@@ -1,7 +1,8 @@
 // Stage 0, index: sparse block selection (index (seed:L289-L640): step_rows, index_key,
 // rank_blocks, place, select_blocks, select_long, wave_best, rank_cands).
 //
-// Per token row k, with ctx = max(seq_len, 1) and n_blk = ceil(ctx / 128):
+// Per rank, from that rank's own index scores (its index head: iscore (seed:L487)), per token row k,
+// with ctx = max(seq_len, 1) and n_blk = ceil(ctx / 128):
 //  - key(b): score bits as a signed-orderable int; b < init_blocks pinned to 1e30,
 //    b >= n_blk - local_blocks to 1e29; -0 == +0; NaN below -Inf (INT32_MIN).
 //    A context of <= TOPK_BLOCKS blocks is not scored: key(b) = -b (id order).
@@ -41,7 +42,8 @@ struct RowPlan {
 };
 std::vector<RowPlan> plan_rows(const Config& cfg, const StepShared& in);
 
-void select_blocks(IndexOut& out, const StepShared& in, const Config& cfg);
+// scores: one rank's (S, in.score_width) index scores (StepRank::index_scores).
+void select_blocks(IndexOut& out, const StepShared& in, const std::vector<float>& scores, const Config& cfg);
 
 // Long-path selection of one row (exposed for the property test: it must equal ranking).
 // Returns the 16 (key, block) candidates in rank order (block -1 = none).

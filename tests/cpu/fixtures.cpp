@@ -121,12 +121,18 @@ StepInputs random_step(const Config& cfg, const StepSpec& spec) {
   for (int k = 0; k < S; ++k)
     for (int b = 0; b < max_blk; ++b)
       sh.block_table[size_t(k) * max_blk + b] = sh.seq_lens[k] == 0 ? 0 : r.below(n_entries);
-  sh.index_scores.resize(size_t(S) * max_blk);
-  for (auto& s : sh.index_scores) s = float(r.normal() * 4.0);
+  // rank 0's scores from the step's stream, each other rank's own (its own index head)
+  std::vector<float> scores0(size_t(S) * max_blk);
+  for (auto& s : scores0) s = float(r.normal() * 4.0);
   sh.h_in.resize(size_t(S) * cfg.hidden);
   for (auto& h : sh.h_in) h = bf16_normal(r, 1.0);
   for (int rk = 0; rk < cfg.tp; ++rk) {
     StepRank R;
+    R.index_scores = scores0;
+    if (rk > 0) {
+      Rng rs(spec.seed * 1000003u + uint64_t(rk));
+      for (auto& s : R.index_scores) s = float(rs.normal() * 4.0);
+    }
     R.q.resize(size_t(S) * cfg.o_k());
     for (auto& q : R.q) q = bf16_normal(r, 1.0);
     R.n_pages = n_pages;

@@ -279,7 +279,7 @@ std::string diff_step(const StepResult& a, const StepResult& b) {
 // to the higher block id. Rows of <= TOPK_BLOCKS blocks (short requests) keep id order. The
 // selected blocks fill the slots in order, the tail block (n_blk - 1) moved to the last one;
 // n_ctx counts the keys of the selected blocks (the tail's ctx - 128 tail).
-Report check_index(const Config& cfg, const StepShared& sh, const IndexOut& idx) {
+Report check_index(const Config& cfg, const StepShared& sh, const std::vector<float>& scores, const IndexOut& idx) {
   Cmp cb("index.blocks"), ct("index.sparse_table"), cn("index.n_ctx"), cl("index.long_row");
   const int S = sh.tokens, TB = cfg.topk_blocks, PPB = cfg.pages_per_block(), TW = TB * PPB + 1;
   std::vector<int> ctx(S), nblk(S);
@@ -294,7 +294,7 @@ Report check_index(const Config& cfg, const StepShared& sh, const IndexOut& idx)
     if (lng[k] || n > TB) {
       std::vector<double> pr(n);
       for (int b = 0; b < n; ++b) {
-        double v = double(sh.index_scores[size_t(k) * sh.score_width + b]);
+        double v = double(scores[size_t(k) * sh.score_width + b]);
         if (b < cfg.init_blocks) v = double(1e30f);
         if (b >= n - cfg.local_blocks) v = double(1e29f);
         pr[b] = v;
@@ -865,7 +865,7 @@ Report check_step(const LayerWeights& w, const StepInputs& in, const StepResult&
   for (int r = 0; r < W; ++r) {
     const RankResult& R = res.ranks[r];
     Report& rep = per[r];
-    merge_into(rep, check_index(cfg, in.shared, R.index));
+    merge_into(rep, check_index(cfg, in.shared, in.ranks[r].index_scores, R.index));
     merge_into(rep, check_split(cfg, in.shared, in.ranks[r], R.index, R.split));
     merge_into(rep, check_merge(cfg, R.split, R.merge, S));
     merge_into(rep, check_oproj(cfg, R.merge, w.ranks[r], R.oproj, S));

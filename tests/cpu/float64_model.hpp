@@ -106,7 +106,8 @@ std::string diff_step(const StepResult& a, const StepResult& b);  // "" when eve
 
 // ---- the stages ----------------------------------------------------------------------------
 // Stage 0: selection by value (long rows too), the sparse table, n_ctx, long_row.
-Report check_index(const Config& cfg, const StepShared& sh, const IndexOut& idx);
+// scores: the rank's (S, score_width) index scores.
+Report check_index(const Config& cfg, const StepShared& sh, const std::vector<float>& scores, const IndexOut& idx);
 // Stage 1: q8, m, l, o (sharp and loose bounds), from the model's sparse table and q8.
 Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, const IndexOut& idx, const SplitOut& sp);
 // Stage 2: attn (bf16), x_scale, attn8.

@@ -534,9 +534,9 @@ TEST_CASE("bad input: golden of another schema version") {
   NEED_WORLD();
   Case c;
   const std::string g = c.copy(W.golden, "g.h5");
-  edit(g, [](const h5::Group& r) { r.set_attr("schema_version", int64_t(2)); });
-  expect_bad(c.k4("inspect " + g), {"golden " + g + " was written by schema version 2; this tool reads version 1"});
-  expect_bad(c.k4("diff " + g + " " + W.dump), {"golden " + g + ": was written in schema version 2; this tool reads version 1"});
+  edit(g, [](const h5::Group& r) { r.set_attr("schema_version", int64_t(3)); });
+  expect_bad(c.k4("inspect " + g), {"golden " + g + " was written by schema version 3; this tool reads versions 1..2"});
+  expect_bad(c.k4("diff " + g + " " + W.dump), {"golden " + g + ": was written in schema version 3; this tool reads versions 1..2"});
 }
 
 TEST_CASE("bad input: golden config JSON broken, invalid, from another preset") {
@@ -587,7 +587,7 @@ TEST_CASE("bad input: dump of another schema version") {
   Case c;
   const std::string d = c.copy(W.dump, "d.h5");
   edit(d, [](const h5::Group& r) { r.set_attr("schema_version", int64_t(0)); });
-  expect_bad(c.k4("replay " + W.golden + " " + d), {"dump " + d + ": was written in schema version 0; this tool reads version 1"});
+  expect_bad(c.k4("replay " + W.golden + " " + d), {"dump " + d + ": was written in schema version 0; this tool reads versions 1..2"});
 }
 
 TEST_CASE("bad input: dump config JSON broken or from another preset") {
@@ -707,7 +707,7 @@ TEST_CASE("bad input: inputs file of another schema version, broken config, anot
   const std::string out = c.path("x.h5");
   const std::string i = c.copy(W.inputs, "i.h5");
   edit(i, [](const h5::Group& r) { r.set_attr("schema_version", int64_t(7)); });
-  expect_bad(c.k4("golden --inputs " + i + " --out " + out), {"inputs file " + i + " was written by schema version 7; this tool reads version 1"});
+  expect_bad(c.k4("golden --inputs " + i + " --out " + out), {"inputs file " + i + " was written by schema version 7; this tool reads versions 1..2"});
   const std::string i2 = c.copy(W.inputs, "i2.h5");
   edit(i2, [](const h5::Group& r) { r.set_attr("config", "[1, 2"); });
   expect_bad(c.k4("golden --inputs " + i2 + " --out " + out), {"inputs file " + i2 + ": config is not JSON"});
@@ -830,7 +830,7 @@ TEST_CASE("bad input: a request's rows that are not consecutive positions (short
   in.shared.bt_width = in.shared.score_width = 600;
   in.shared.seq_lens = {600 * 128, 100, 100, 100};
   in.shared.block_table.assign(size_t(4) * 600, 0);
-  in.shared.index_scores.assign(size_t(4) * 600, 0.0f);
+  for (StepRank& R : in.ranks) R.index_scores.assign(size_t(4) * 600, 0.0f);
   const std::string p = c.path("i2.h5");
   golden::write_inputs_file(p, W.cfg, in, false);
   expect_bad(c.k4("golden --inputs " + p + " --out " + c.path("x.h5")),

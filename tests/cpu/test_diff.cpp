@@ -260,14 +260,14 @@ TEST_CASE("unusable inputs throw FormatError: missing file, not HDF5, not a gold
   write_dump(v2, W.cfg, W.in.shared.tokens, W.gold, {{0}, {"index"}, {}}, true);
   {
     h5::File f(v2, h5::File::Mode::ReadWrite);
-    f.root().set_attr("schema_version", int64_t(2));
+    f.root().set_attr("schema_version", int64_t(3));
     f.close();
   }
   try {
     diff_files(W.golden_path, v2, {});
-    FAIL("schema version 2 accepted");
+    FAIL("schema version 3 accepted");
   } catch (const FormatError& e) {
-    CHECK(std::string(e.what()).find("schema version 2") != std::string::npos);
+    CHECK(std::string(e.what()).find("schema version 3") != std::string::npos);
   }
   const std::string nomagic = W.path("nomagic.h5");
   write_dump(nomagic, W.cfg, W.in.shared.tokens, W.gold, {{0}, {"index"}, {}}, true);

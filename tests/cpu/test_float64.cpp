@@ -235,7 +235,7 @@ TEST_CASE("planted output errors: one flipped bit in any stage's output is caugh
   const k4::StepRank& rin = base.in.ranks[1];
   const k4::StepShared& sh = base.in.shared;
   auto& tab = sweep_table();
-  auto idx = [&] { return f64::check_index(cfg, sh, R.index); };
+  auto idx = [&] { return f64::check_index(cfg, sh, rin.index_scores, R.index); };
   auto split = [&] { return f64::check_split(cfg, sh, rin, R.index, R.split); };
   auto merge = [&] { return f64::check_merge(cfg, R.split, R.merge, S); };
   auto oproj = [&] { return f64::check_oproj(cfg, R.merge, rw, R.oproj, S); };
@@ -321,10 +321,12 @@ TEST_CASE("planted input errors: one wrong input of a stage is caught by its com
   }
   // index: the last selected non-tail block's score lowered (token 2: 40 blocks, scored)
   {
-    k4::StepShared sh2 = sh;
+    std::vector<float> sc2 = base.in.ranks[r].index_scores;  // rank 1's own scores
     const int32_t* blk = R.index.blocks.data() + 2 * 16;
-    sh2.index_scores[size_t(2) * sh2.score_width + blk[14]] = -1e9f;
-    caught("a lowered index score", f64::check_index(cfg, sh2, R.index));
+    sc2[size_t(2) * sh.score_width + blk[14]] = -1e9f;
+    caught("a lowered index score", f64::check_index(cfg, sh, sc2, R.index));
+    // rank 0's scores are not rank 1's: checked against them, rank 1's selection is caught
+    caught("another rank's index scores", f64::check_index(cfg, sh, base.in.ranks[0].index_scores, R.index));
   }
   // merge: one partition's l doubled, its m + 1 (token 2 has 8 live partitions)
   {

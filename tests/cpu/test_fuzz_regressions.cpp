@@ -333,6 +333,8 @@ TEST_CASE("fuzz regression: replay checks a dump's index inputs before select_bl
   CHECK(!a.recomputed);
   CHECK_MESSAGE(a.not_replayed.find("inputs: block_table[0][0]: entry ") == 0, a.not_replayed);
   CHECK_MESSAGE(a.not_replayed.find(", the rank0/cache has 56") != std::string::npos, a.not_replayed);
+  // (the program fills dataset 2 of the base's sorted list, /inputs/seq_lens since schema
+  // version 2 has no /inputs/index_scores: it was dataset 3 before)
   const golden::ReplayStep b = index_step(bases().replay(regressions("golden_reader") / "replay_seq_lens_huge", "r2.h5"));
   CHECK(b.not_replayed == "inputs: seq_lens[0]: 268435456 is outside 0..1048576");
 }

@@ -139,11 +139,11 @@ void check_inputs_equal(const StepInputs& a, const StepInputs& b) {
   CHECK(a.shared.score_width == b.shared.score_width);
   CHECK(same_bits(a.shared.seq_lens, b.shared.seq_lens));
   CHECK(same_bits(a.shared.block_table, b.shared.block_table));
-  CHECK(same_bits(a.shared.index_scores, b.shared.index_scores));
   CHECK(same_bits(a.shared.h_in, b.shared.h_in));
   REQUIRE(a.ranks.size() == b.ranks.size());
   for (size_t r = 0; r < a.ranks.size(); ++r) {
     CHECK(a.ranks[r].n_pages == b.ranks[r].n_pages);
+    CHECK(same_bits(a.ranks[r].index_scores, b.ranks[r].index_scores));
     CHECK(same_bits(a.ranks[r].q, b.ranks[r].q));
     CHECK(same_bits(a.ranks[r].k_cache, b.ranks[r].k_cache));
     CHECK(same_bits(a.ranks[r].v_cache, b.ranks[r].v_cache));
@@ -227,7 +227,8 @@ TEST_CASE("golden stage readers return each stage's inputs; replaying a stage on
   for (int r = 0; r < cfg.tp; ++r) {
     const golden::IndexStage s0 = g.index(r);
     IndexOut i0;
-    select_blocks(i0, s0.in, cfg);
+    select_blocks(i0, s0.in, s0.index_scores, cfg);
+    CHECK(same_bits(s0.index_scores, c.in.ranks[size_t(r)].index_scores));  // the rank's own
     CHECK(same_bits(i0.sparse_table, s0.out.sparse_table));
     const golden::SplitStage s1 = g.split(r);
     SplitOut o1;
@@ -312,10 +313,10 @@ TEST_CASE("golden schema version mismatch names the versions and the fix") {
   golden::write_golden(p, c.w, c.in, c.res, c.meta, {});
   {
     h5::File f(p, h5::File::Mode::ReadWrite);
-    f.root().set_attr("schema_version", int64_t(2));
+    f.root().set_attr("schema_version", int64_t(3));
   }
   CHECK_THROWS_WITH_AS(golden::GoldenReader{p},
-                       ("golden " + p + " was written by schema version 2; this tool reads version 1; regenerate with `k4 golden ...`").c_str(),
+                       ("golden " + p + " was written by schema version 3; this tool reads versions 1..2; regenerate with `k4 golden ...`").c_str(),
                        golden::FormatError);
 }
 
@@ -481,6 +482,126 @@ TEST_CASE("golden config JSON: every field round trips; missing and unknown fiel
   std::string missing = j;
   missing.replace(missing.find("\"eps\""), 5, "\"epz\"");
   CHECK_THROWS_WITH_AS(golden::config_from_json(missing, "t"), doctest::Contains("lacks field 'eps'"), golden::FormatError);
+}
+
+
+// ---- per-rank index scores (schema version 2; docs/numerics.md R0.0) ----------------------
+
+TEST_CASE("per-rank index scores: each rank stores its own, and selects from its own") {
+  TempDir t;
+  const Case& c = shared_case(3, "5000");  // 40 blocks: scored rows
+  REQUIRE(c.cfg.tp > 1);
+  // the synthetic default: every rank its own scores
+  for (int r = 1; r < c.cfg.tp; ++r) CHECK(!same_bits(c.in.ranks[size_t(r)].index_scores, c.in.ranks[0].index_scores));
+  const std::string p = t.path("g.h5");
+  golden::write_golden(p, c.w, c.in, c.res, c.meta, {});
+  golden::GoldenReader g(p);
+  int differ = 0;
+  for (int r = 0; r < c.cfg.tp; ++r) {
+    const golden::IndexStage s = g.index(r);
+    CHECK(same_bits(s.index_scores, c.in.ranks[size_t(r)].index_scores));
+    // the model's selection of rank r is select_blocks on rank r's scores
+    IndexOut o;
+    select_blocks(o, s.in, s.index_scores, c.cfg);
+    CHECK(same_bits(o.blocks, c.res.ranks[size_t(r)].index.blocks));
+    differ += r > 0 && !same_bits(c.res.ranks[size_t(r)].index.blocks, c.res.ranks[0].index.blocks);
+  }
+  CHECK(differ > 0);  // ranks select different blocks
+  h5::File f(p, h5::File::Mode::ReadOnly);
+  CHECK(!f.root().exists("/inputs/index_scores"));
+  CHECK(f.root().soft_target("/rank1/index/inputs/index_scores").empty());  // stored, not linked
+}
+
+TEST_CASE("per-rank index scores: rank_scores shared links ranks to rank 0, distinct selects a different set a rank") {
+  Config cfg = preset("tiny");
+  const LayerWeights w = synth::synthetic_layer(cfg, 7);
+  Scenario s;
+  s.tokens = 2;
+  s.context = {"5000"};
+  s.rank_scores = "shared";
+  const StepInputs shared = make_inputs(cfg, s, 3, &w);
+  s.rank_scores = "own";
+  const StepInputs own = make_inputs(cfg, s, 3, &w);
+  s.rank_scores = "distinct";
+  const StepInputs distinct = make_inputs(cfg, s, 3, &w);
+  CHECK(same_bits(shared.ranks[0].index_scores, own.ranks[0].index_scores));  // rank 0: one stream
+  const StepResult rd = run_step(w, distinct);
+  for (int r = 0; r < cfg.tp; ++r) {
+    CHECK(same_bits(shared.ranks[size_t(r)].index_scores, shared.ranks[0].index_scores));
+    for (int q = r + 1; q < cfg.tp; ++q)
+      for (int k = 0; k < 2; ++k) {
+        const auto a = rd.ranks[size_t(r)].index.blocks.begin() + k * cfg.topk_blocks;
+        const auto b = rd.ranks[size_t(q)].index.blocks.begin() + k * cfg.topk_blocks;
+        CHECK_MESSAGE(!std::equal(a, a + cfg.topk_blocks, b), "ranks " << r << ", " << q << " row " << k);
+      }
+  }
+  TempDir t;
+  const std::string p = t.path("g.h5");
+  golden::GoldenMeta meta;
+  golden::write_golden(p, w, shared, run_step(w, shared), meta, {});
+  h5::File f(p, h5::File::Mode::ReadOnly);
+  CHECK(f.root().soft_target("/rank1/index/inputs/index_scores") == "/rank0/index/inputs/index_scores");
+  const StepInputs back = golden::GoldenReader(p).inputs();
+  for (int r = 0; r < cfg.tp; ++r) CHECK(same_bits(back.ranks[size_t(r)].index_scores, shared.ranks[0].index_scores));
+}
+
+// A schema version 1 golden: one /inputs/index_scores, every rank's a link to it.
+void make_version1(const std::string& p) {
+  h5::File f(p, h5::File::Mode::ReadWrite);
+  const h5::Group root = f.root();
+  const int tp = int(root.attr_int("tp"));
+  h5::Dataset r0 = root.open_dataset("/rank0/index/inputs/index_scores");
+  std::vector<uint32_t> v(r0.size());
+  r0.read_raw(v.data(), h5::Elem::U32);
+  const std::vector<uint64_t> shape = r0.shape();
+  h5::Dataset d = root.open_group("inputs").create_dataset("index_scores", h5::Elem::U32, shape);
+  d.write_raw(v.data(), h5::Elem::U32);
+  d.set_attr("dtype", "f32");
+  for (int r = 0; r < tp; ++r) {
+    const std::string g = "/rank" + std::to_string(r) + "/index/inputs";
+    REQUIRE(H5Ldelete(root.id(), (g + "/index_scores").c_str(), H5P_DEFAULT) >= 0);
+    root.open_group(g).link_soft("index_scores", "/inputs/index_scores");
+  }
+  root.set_attr("schema_version", int64_t(1));
+}
+
+TEST_CASE("a schema version 1 golden is read as it was made: every rank with the one /inputs/index_scores") {
+  TempDir t;
+  const Case& c = shared_case(3, "5000");
+  const std::string p = t.path("v1.h5");
+  golden::write_golden(p, c.w, c.in, c.res, c.meta, {});
+  make_version1(p);
+  golden::GoldenReader g(p);
+  const StepInputs in = g.inputs();
+  for (int r = 0; r < c.cfg.tp; ++r) {
+    CHECK(same_bits(in.ranks[size_t(r)].index_scores, c.in.ranks[0].index_scores));
+    CHECK(same_bits(g.index(r).index_scores, c.in.ranks[0].index_scores));
+  }
+  // rank 0's outputs are those of its scores; read_inputs_file reads the golden the same way
+  const StepInputs in2 = golden::read_inputs_file(p);
+  CHECK(same_bits(in2.ranks[1].index_scores, c.in.ranks[0].index_scores));
+}
+
+TEST_CASE("inputs files carry each rank's own index scores; a version 1 file's shared scores are every rank's") {
+  TempDir t;
+  const Case& c = shared_case(3, "5000");
+  const std::string p = t.path("i.h5");
+  golden::write_inputs_file(p, c.cfg, c.in, false);
+  const StepInputs back = golden::read_inputs_file(p);
+  for (int r = 0; r < c.cfg.tp; ++r) CHECK(same_bits(back.ranks[size_t(r)].index_scores, c.in.ranks[size_t(r)].index_scores));
+  {  // version 1: /inputs/index_scores, nothing under the ranks
+    h5::File f(p, h5::File::Mode::ReadWrite);
+    const h5::Group root = f.root();
+    h5::Dataset d = root.open_group("inputs").create_dataset("index_scores", h5::Elem::U32,
+                                                            {uint64_t(c.in.shared.tokens), uint64_t(c.in.shared.score_width)});
+    d.write_raw(c.in.ranks[0].index_scores.data(), h5::Elem::U32);
+    d.set_attr("dtype", "f32");
+    for (int r = 0; r < c.cfg.tp; ++r)
+      REQUIRE(H5Ldelete(root.id(), ("/rank" + std::to_string(r) + "/inputs/index_scores").c_str(), H5P_DEFAULT) >= 0);
+    root.set_attr("schema_version", int64_t(1));
+  }
+  const StepInputs v1 = golden::read_inputs_file(p);
+  for (int r = 0; r < c.cfg.tp; ++r) CHECK(same_bits(v1.ranks[size_t(r)].index_scores, c.in.ranks[0].index_scores));
 }
 
 }  // TEST_SUITE golden

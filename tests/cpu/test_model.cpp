@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,31 @@ TEST_CASE("reduce-scatter + all-gather vs plain all-reduces: identical outputs")
   }
 }
 
+TEST_CASE("each rank selects from its own index scores (R0.0, seed:L487)") {
+  const LayerWeights w = k4::test::random_layer(k4::preset("tiny", 2), 21);
+  const StepInputs in = k4::test::random_step(w.cfg, {3, {5000, 20000, 900}, 1, 17});
+  REQUIRE(in.ranks[0].index_scores != in.ranks[1].index_scores);  // the fixture's heads differ
+  const StepResult r = k4::run_step(w, in);
+  CHECK(r.ranks[0].index.blocks != r.ranks[1].index.blocks);
+  // the ranks' scores swapped: their selections (and split partials) swap, bit for bit
+  StepInputs sw = in;
+  std::swap(sw.ranks[0].index_scores, sw.ranks[1].index_scores);
+  const StepResult s = k4::run_step(w, sw);
+  CHECK(s.ranks[0].index.sparse_table == r.ranks[1].index.sparse_table);
+  CHECK(s.ranks[1].index.sparse_table == r.ranks[0].index.sparse_table);
+  // rank 1's scores changed: rank 0's stages 0..2 (its own selection and attention) do not
+  StepInputs ch = in;
+  for (float& f : ch.ranks[1].index_scores) f = -f;
+  const StepResult c = k4::run_step(w, ch);
+  CHECK(c.ranks[0].index.sparse_table == r.ranks[0].index.sparse_table);
+  CHECK(c.ranks[0].merge.attn == r.ranks[0].merge.attn);
+  CHECK(c.ranks[1].index.sparse_table != r.ranks[1].index.sparse_table);
+  // a rank's scores of the wrong size are refused, naming the rank
+  StepInputs bad = in;
+  bad.ranks[1].index_scores.pop_back();
+  CHECK_THROWS_WITH_AS(k4::run_step(w, bad), doctest::Contains("inputs: rank1/index_scores: has"), std::invalid_argument);
+}
+
 TEST_CASE("the same bits for any OpenMP thread count") {
   const LayerWeights& w = k4::f64::cached_layer("tiny", 2, 1);
   const int saved = omp_get_max_threads();
@@ -129,7 +155,7 @@ TEST_CASE("q_len > 1: a long request takes the long path on every row, and selec
   r1b.ranks[0].index.long_row = R2.index.long_row;
   const std::string d = k4::f64::diff_step(r2, r1b);
   CHECK_MESSAGE(d.empty(), d);
-  CHECK(k4::f64::all_ok(k4::f64::check_index(w.cfg, in2.shared, R2.index)));
+  CHECK(k4::f64::all_ok(k4::f64::check_index(w.cfg, in2.shared, in2.ranks[0].index_scores, R2.index)));
   require_live(r2);
   // a q_len 4 request of short rows
   const StepInputs in4 = k4::test::random_step(w.cfg, {8, {1000, 1001, 1002, 1003, 2200, 2201, 2202, 2203}, 4, 10});

@@ -50,9 +50,15 @@ float draw_score(Rng& r, int mode) {
   return float(r.normal() * 4.0);
 }
 
-// S rows of random lengths (a pad row now and then); block table entries random.
-k4::StepShared random_rows(Rng& r, int S, int q_len, int max_blocks, int mode) {
+// S rows of random lengths (a pad row now and then); block table entries random; one rank's
+// index scores.
+struct Rows {
   k4::StepShared sh;
+  std::vector<float> scores;
+};
+Rows random_rows(Rng& r, int S, int q_len, int max_blocks, int mode) {
+  Rows out;
+  k4::StepShared& sh = out.sh;
   sh.tokens = S, sh.q_len = q_len;
   for (int k = 0; k < S; k += q_len) {
     const int last = 1 + r.below(max_blocks * 128);
@@ -65,13 +71,13 @@ k4::StepShared random_rows(Rng& r, int S, int q_len, int max_blocks, int mode) {
   for (int k = 0; k < S; ++k)
     for (int b = 0; b < width; ++b) {
       sh.block_table.push_back(sh.seq_lens[k] == 0 ? 0 : r.below(1000));
-      sh.index_scores.push_back(draw_score(r, mode));
+      out.scores.push_back(draw_score(r, mode));
     }
-  return sh;
+  return out;
 }
 
 // The stated properties, row by row; returns "" or the first broken one.
-std::string properties(const Config& c, const k4::StepShared& sh, const k4::IndexOut& idx) {
+std::string properties(const Config& c, const k4::StepShared& sh, const std::vector<float>& scores, const k4::IndexOut& idx) {
   for (int k = 0; k < sh.tokens; ++k) {
     const int ctx = std::max(sh.seq_lens[k], 1), n = (ctx + 127) / 128, tail = n - 1;
     const int* blk = idx.blocks.data() + size_t(k) * 16;
@@ -87,7 +93,7 @@ std::string properties(const Config& c, const k4::StepShared& sh, const k4::Inde
         if (blk[b] != b) return row + "a short context is not in id order";
       continue;
     }
-    const float* sc = sh.index_scores.data() + size_t(k) * sh.score_width;
+    const float* sc = scores.data() + size_t(k) * sh.score_width;
     auto pinned = [&](int b) { return b < c.init_blocks || b >= n - c.local_blocks; };
     for (int b = 0; b < n; ++b)
       if (pinned(b) && !sel[b]) return row + "pinned block " + std::to_string(b) + " dropped";
@@ -142,18 +148,19 @@ TEST_CASE("random rows: the model selects what ranking by value selects, and eve
     const auto [init, local] = pins[seed % pins.size()];
     const Config c = with_pins(init, local);
     const int S = 1 + r.below(16), q_len = (S % 2 == 0 && r.below(2)) ? 2 : 1;
-    const k4::StepShared sh = random_rows(r, S, q_len, seed % 3 == 0 ? 40 : 300, int(seed % 5 != 0));
+    const Rows rw = random_rows(r, S, q_len, seed % 3 == 0 ? 40 : 300, int(seed % 5 != 0));
+    const k4::StepShared& sh = rw.sh;
     k4::IndexOut idx;
-    k4::select_blocks(idx, sh, c);
+    k4::select_blocks(idx, sh, rw.scores, c);
     CAPTURE(seed);
-    const k4::f64::Report rep = k4::f64::check_index(c, sh, idx);
+    const k4::f64::Report rep = k4::f64::check_index(c, sh, rw.scores, idx);
     REQUIRE_MESSAGE(k4::f64::all_ok(rep), k4::f64::describe(rep));
-    const std::string broken = properties(c, sh, idx);
+    const std::string broken = properties(c, sh, rw.scores, idx);
     REQUIRE_MESSAGE(broken.empty(), broken);
     for (int k = 0; k < S; ++k) {
       const int n = (std::max(sh.seq_lens[k], 1) + 127) / 128;
       ++rows, scored += n > 16;
-      for (int b = 0; b < n; ++b) with_nan += std::isnan(sh.index_scores[size_t(k) * sh.score_width + b]) && n > 16;
+      for (int b = 0; b < n; ++b) with_nan += std::isnan(rw.scores[size_t(k) * sh.score_width + b]) && n > 16;
     }
   }
   MESSAGE("rows ", rows, ", scored ", scored, ", NaN scores in scored rows ", with_nan);
@@ -189,6 +196,7 @@ TEST_CASE("long requests through select_blocks: every row long, the same selecti
     Rng r(seed * 31 + 7);
     const Config c = with_pins(int(seed % 3), 1 + int(seed % 2));
     k4::StepShared sh;
+    std::vector<float> scores;
     const int q_len = 1 + int(seed % 4), S = q_len * (1 + int(seed % 2));
     sh.tokens = S, sh.q_len = q_len;
     for (int k = 0; k < S; k += q_len) {
@@ -199,14 +207,14 @@ TEST_CASE("long requests through select_blocks: every row long, the same selecti
     for (int L : sh.seq_lens) width = std::max(width, (L + 127) / 128);
     sh.bt_width = sh.score_width = width;
     for (int k = 0; k < S; ++k)
-      for (int b = 0; b < width; ++b) sh.block_table.push_back(r.below(5000)), sh.index_scores.push_back(draw_score(r, 1));
+      for (int b = 0; b < width; ++b) sh.block_table.push_back(r.below(5000)), scores.push_back(draw_score(r, 1));
     k4::IndexOut idx;
-    k4::select_blocks(idx, sh, c);
+    k4::select_blocks(idx, sh, scores, c);
     CAPTURE(seed);
     for (int k = 0; k < S; ++k) CHECK(idx.long_row[k] == 1);
-    const k4::f64::Report rep = k4::f64::check_index(c, sh, idx);
+    const k4::f64::Report rep = k4::f64::check_index(c, sh, scores, idx);
     REQUIRE_MESSAGE(k4::f64::all_ok(rep), k4::f64::describe(rep));
-    REQUIRE(properties(c, sh, idx).empty());
+    REQUIRE(properties(c, sh, scores, idx).empty());
   }
 }
 
@@ -234,12 +242,12 @@ TEST_CASE("random rows, 5000 steps") {
     Rng r(seed + 1000000);
     const Config c = with_pins(r.below(5), 1 + r.below(5));
     const int S = 1 + r.below(16);
-    const k4::StepShared sh = random_rows(r, S, 1, 1 + r.below(512), 1);
+    const Rows rw = random_rows(r, S, 1, 1 + r.below(512), 1);
     k4::IndexOut idx;
-    k4::select_blocks(idx, sh, c);
+    k4::select_blocks(idx, rw.sh, rw.scores, c);
     CAPTURE(seed);
-    REQUIRE(k4::f64::all_ok(k4::f64::check_index(c, sh, idx)));
-    REQUIRE(properties(c, sh, idx).empty());
+    REQUIRE(k4::f64::all_ok(k4::f64::check_index(c, rw.sh, rw.scores, idx)));
+    REQUIRE(properties(c, rw.sh, rw.scores, idx).empty());
   }
 }
 

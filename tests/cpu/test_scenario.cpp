@@ -117,7 +117,7 @@ TEST_CASE("scenario injections land where they say") {
   int nan = 0, inf = 0, negz = 0;
   for (int k = 0; k < 4; ++k)
     for (int b = 0; b < 24; ++b) {
-      const float v = sh.index_scores[size_t(k) * sh.score_width + b];
+      const float v = in.ranks[0].index_scores[size_t(k) * sh.score_width + b];
       nan += std::isnan(v);
       inf += std::isinf(v);
       negz += (v == 0.0f && std::signbit(v));

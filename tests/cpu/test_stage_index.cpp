@@ -25,9 +25,15 @@ using k4::StepShared;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// One row (or several) with block table entry b -> 100 + b, so a page id names its block.
-StepShared rows(const std::vector<int>& seq_lens, const std::vector<std::vector<float>>& scores, int q_len = 1) {
+// One row (or several) with block table entry b -> 100 + b, so a page id names its block,
+// and one rank's index scores.
+struct Rows {
   StepShared sh;
+  std::vector<float> scores;
+};
+Rows rows(const std::vector<int>& seq_lens, const std::vector<std::vector<float>>& scores, int q_len = 1) {
+  Rows out;
+  StepShared& sh = out.sh;
   sh.tokens = int(seq_lens.size());
   sh.q_len = q_len;
   sh.seq_lens = seq_lens;
@@ -35,14 +41,16 @@ StepShared rows(const std::vector<int>& seq_lens, const std::vector<std::vector<
   for (int L : seq_lens) width = std::max(width, (std::max(L, 1) + 127) / 128);
   sh.bt_width = sh.score_width = width;
   sh.block_table.assign(size_t(sh.tokens) * width, 0);
-  sh.index_scores.assign(size_t(sh.tokens) * width, 0.0f);
+  out.scores.assign(size_t(sh.tokens) * width, 0.0f);
   for (int k = 0; k < sh.tokens; ++k)
     for (int b = 0; b < width; ++b) {
       if (seq_lens[k] > 0) sh.block_table[size_t(k) * width + b] = 100 + b;
-      if (b < int(scores[k].size())) sh.index_scores[size_t(k) * width + b] = scores[k][b];
+      if (b < int(scores[k].size())) out.scores[size_t(k) * width + b] = scores[k][b];
     }
-  return sh;
+  return out;
 }
+
+void select_rows(IndexOut& out, const Rows& r, const Config& c) { k4::select_blocks(out, r.sh, r.scores, c); }
 
 std::vector<int> slots_of(const IndexOut& out, int k) {
   return std::vector<int>(out.blocks.begin() + k * 16, out.blocks.begin() + k * 16 + 16);
@@ -83,7 +91,7 @@ TEST_CASE("pinned init and local blocks (init_blocks 2, local_blocks 2), a parti
   for (int b = 0; b < 40; ++b) sc[b] = float(b);
   sc[0] = -100.0f, sc[1] = -50.0f;  // pinned at 1e30: their scores are never read
   IndexOut out;
-  k4::select_blocks(out, rows({5000}, {sc}), c);
+  select_rows(out, rows({5000}, {sc}), c);
   // rank: 1, 0 (1e30, the tie to the higher id), 39, 38 (1e29), then 37 .. 26 by score;
   // the tail (39) moves to the last slot, the others keep their order.
   const std::vector<int> want = {1, 0, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 39};
@@ -98,7 +106,7 @@ TEST_CASE("ties go to the higher block id") {
   // 20 blocks of equal score (the tail's is forced): the 15 highest non-tail ids win, in id
   // order from the top, then the tail. 2560 keys = 20 full blocks.
   IndexOut out;
-  k4::select_blocks(out, rows({2560}, {std::vector<float>(20, 1.0f)}), c);
+  select_rows(out, rows({2560}, {std::vector<float>(20, 1.0f)}), c);
   const std::vector<int> want = {18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 19};
   CHECK(slots_of(out, 0) == want);
   check_table(out, 0, want, c.kv_page_stride, 16 * 128);
@@ -112,7 +120,7 @@ TEST_CASE("-0 equals +0: the tie goes to the higher id, whichever sign it has") 
   std::vector<float> sc(17, 1.0f);
   sc[3] = 0.0f, sc[5] = -0.0f;
   IndexOut out;
-  k4::select_blocks(out, rows({17 * 128}, {sc}), c);
+  select_rows(out, rows({17 * 128}, {sc}), c);
   const std::vector<int> want = {15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 4, 2, 1, 0, 5, 16};
   CHECK(slots_of(out, 0) == want);
   CHECK(k4::index_key(c, 3, 0.0f, 17) == k4::index_key(c, 5, -0.0f, 17));
@@ -123,7 +131,7 @@ TEST_CASE("NaN ranks below -Inf, either sign of NaN") {
   std::vector<float> sc(17, 1.0f);
   sc[4] = kNaN, sc[7] = -kInf;
   IndexOut out;
-  k4::select_blocks(out, rows({17 * 128}, {sc}), c);
+  select_rows(out, rows({17 * 128}, {sc}), c);
   // block 4 (NaN) drops; -Inf (block 7) is still a number and ranks last of the selected
   std::vector<int> want = {15, 14, 13, 12, 11, 10, 9, 8, 6, 5, 3, 2, 1, 0, 7, 16};
   CHECK(slots_of(out, 0) == want);
@@ -132,7 +140,7 @@ TEST_CASE("NaN ranks below -Inf, either sign of NaN") {
   const uint32_t bits = 0xFFC00000u;
   std::memcpy(&neg_nan, &bits, 4);
   sc[4] = neg_nan;
-  k4::select_blocks(out, rows({17 * 128}, {sc}), c);
+  select_rows(out, rows({17 * 128}, {sc}), c);
   CHECK(slots_of(out, 0) == want);
   CHECK(k4::index_key(c, 4, neg_nan, 17) == INT32_MIN);
   CHECK(k4::index_key(c, 4, kNaN, 17) == INT32_MIN);
@@ -147,7 +155,7 @@ TEST_CASE("short contexts (<= 16 blocks) take the blocks in id order; the scores
     for (int b = 0; b < nb; ++b) sc[b] = b % 3 == 0 ? kNaN : float(-b);  // would reorder if read
     IndexOut out;
     const int seq = nb * 128 - 37;  // a partial tail of 91 keys
-    k4::select_blocks(out, rows({seq}, {sc}), c);
+    select_rows(out, rows({seq}, {sc}), c);
     std::vector<int> want(16, -1);
     for (int b = 0; b < nb; ++b) want[b] = b;
     CHECK(slots_of(out, 0) == want);
@@ -162,20 +170,20 @@ TEST_CASE("n_ctx for a partial tail, and a tail that is not selected") {
   std::vector<float> sc(18);
   for (int b = 0; b < 18; ++b) sc[b] = float(b % 5);
   IndexOut out;
-  k4::select_blocks(out, rows({17 * 128 + 5}, {sc}), c);
+  select_rows(out, rows({17 * 128 + 5}, {sc}), c);
   CHECK(out.n_ctx[0] == 15 * 128 + 5);
   CHECK(out.blocks[15] == 17);
   // Scores above the tail's pinned 1e29 (adversarial; K1's scores never get there) push the
   // tail out: 16 full blocks by rank (ties to the higher id), n_ctx = 16 * 128.
   std::vector<float> big(18, 2e29f);
-  k4::select_blocks(out, rows({17 * 128 + 5}, {big}), c);
+  select_rows(out, rows({17 * 128 + 5}, {big}), c);
   const std::vector<int> want = {16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
   CHECK(slots_of(out, 0) == want);
   CHECK(out.n_ctx[0] == 16 * 128);
   // +Inf scores outrank a pinned init block too (the pins are finite 1e30 / 1e29)
   c.init_blocks = 1;
   std::vector<float> inf(18, kInf);
-  k4::select_blocks(out, rows({17 * 128 + 5}, {inf}), c);
+  select_rows(out, rows({17 * 128 + 5}, {inf}), c);
   CHECK(slots_of(out, 0) == want);
 }
 
@@ -183,7 +191,7 @@ TEST_CASE("pad rows (seq_len 0) select block 0 of page 0 with one key") {
   const Config c = k4::preset("tiny");
   IndexOut out;
   // a pad row next to a real one: the pad row's block-table row is all zero
-  k4::select_blocks(out, rows({0, 300}, {{kNaN}, {1.0f, 2.0f, 3.0f}}), c);
+  select_rows(out, rows({0, 300}, {{kNaN}, {1.0f, 2.0f, 3.0f}}), c);
   check_table(out, 0, ids({0}), c.kv_page_stride, 1, /*pad=*/true);
   CHECK(slots_of(out, 0) == ids({0}));
   CHECK(slots_of(out, 1) == ids({0, 1, 2}));
@@ -196,7 +204,7 @@ TEST_CASE("kv_page_stride 8 and 16 address a block's 8 pages") {
     c.kv_page_stride = stride;
     c.validate();
     IndexOut out;
-    k4::select_blocks(out, rows({200}, {{0.0f, 0.0f}}), c);
+    select_rows(out, rows({200}, {{0.0f, 0.0f}}), c);
     check_table(out, 0, ids({0, 1}), stride, 200);
   }
 }
@@ -209,7 +217,7 @@ TEST_CASE("a long request: every row takes the long path; it selects what rankin
   for (int b = 0; b < 513; ++b) s0[b] = s1[b] = -float(b);  // block 0's score is -0
   s1[300] = 5.0f;                                              // one outlier in row 1
   IndexOut out;
-  k4::select_blocks(out, rows({L0, L1}, {s0, s1}, /*q_len=*/2), c);
+  select_rows(out, rows({L0, L1}, {s0, s1}, /*q_len=*/2), c);
   CHECK(out.long_row[0] == 1);
   CHECK(out.long_row[1] == 1);
   // row 0: the tail 511 pinned, then 0 (score -0), 1, ..., 14; tail last, full (512*128)
@@ -220,7 +228,7 @@ TEST_CASE("a long request: every row takes the long path; it selects what rankin
   CHECK(out.n_ctx[1] == 15 * 128 + 1);
   // the same rows as separate one-row requests: row 0 is then short, and selects the same
   IndexOut out2;
-  k4::select_blocks(out2, rows({L0, L1}, {s0, s1}, /*q_len=*/1), c);
+  select_rows(out2, rows({L0, L1}, {s0, s1}, /*q_len=*/1), c);
   CHECK(out2.long_row[0] == 0);
   CHECK(out2.long_row[1] == 1);
   CHECK(out2.sparse_table == out.sparse_table);

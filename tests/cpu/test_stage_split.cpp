@@ -41,7 +41,7 @@ struct OneToken {
     const int nb = (seq_len + 127) / 128;
     sh.tokens = 1, sh.q_len = 1, sh.seq_lens = {seq_len};
     sh.bt_width = sh.score_width = nb;
-    for (int b = 0; b < nb; ++b) sh.block_table.push_back(b), sh.index_scores.push_back(0.0f);
+    for (int b = 0; b < nb; ++b) sh.block_table.push_back(b), rk.index_scores.push_back(0.0f);
     sh.h_in.assign(cfg.hidden, 0);
     rk.n_pages = nb * 16;
     rk.q.assign(cfg.o_k(), 0);
@@ -59,7 +59,7 @@ struct OneToken {
   }
   void set_v(int key, int d, uint8_t code) { rk.v_cache[size_t(page(key)) * 2048 + k4::v_byte(key % 16, d)] = code; }
   void run() {
-    k4::select_blocks(idx, sh, cfg);
+    k4::select_blocks(idx, sh, rk.index_scores, cfg);
     k4::split_attention(out, sh, rk, idx, cfg);
   }
   float o(int t, int h, int d) const { return bf(out.o[size_t(t) * 2048 + h * 128 + d]); }

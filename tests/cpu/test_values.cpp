@@ -97,17 +97,21 @@ TEST_CASE("values: NaN, +-Inf and -0 index scores: in the golden, NaN ranked low
   auto m = make(R"({"tokens": 4, "context": [3000], "inject": {"nan_scores": 2, "inf_scores": 2, "neg_zero_scores": 2}})");
   const Config& c = m->cfg;
   const StepShared& sh = m->in.shared;
-  CHECK(count_if(sh.index_scores, [](float f) { return std::isnan(f); }) >= 4);
-  CHECK(count_if(sh.index_scores, [](float f) { return f == INFINITY; }) >= 2);
-  CHECK(count_if(sh.index_scores, [](float f) { return f == -INFINITY; }) >= 2);
-  CHECK(count_if(sh.index_scores, [](float f) { return f32_bits(f) == 0x80000000u; }) >= 1);
-  for (const RankResult& R : m->res.ranks)
+  for (const StepRank& I : m->in.ranks) {  // every rank's own scores carry the injections
+    CHECK(count_if(I.index_scores, [](float f) { return std::isnan(f); }) >= 4);
+    CHECK(count_if(I.index_scores, [](float f) { return f == INFINITY; }) >= 2);
+    CHECK(count_if(I.index_scores, [](float f) { return f == -INFINITY; }) >= 2);
+    CHECK(count_if(I.index_scores, [](float f) { return f32_bits(f) == 0x80000000u; }) >= 1);
+  }
+  for (size_t r = 0; r < m->res.ranks.size(); ++r)
     for (int k = 0; k < sh.tokens; ++k) {
+      const RankResult& R = m->res.ranks[r];
+      const std::vector<float>& scores = m->in.ranks[r].index_scores;
       const int n_blk = (sh.seq_lens[size_t(k)] + c.sparse_block - 1) / c.sparse_block;
       REQUIRE(n_blk > c.topk_blocks);  // scored rows
       const std::vector<int32_t> blocks = row_of(R.index.blocks, size_t(k), size_t(c.topk_blocks));
       for (int b = 0; b + 1 < n_blk; ++b) {  // the tail is pinned, its score unread
-        const float sc = sh.index_scores[size_t(k) * sh.score_width + b];
+        const float sc = scores[size_t(k) * sh.score_width + b];
         const bool sel = std::find(blocks.begin(), blocks.end(), b) != blocks.end();
         if (std::isnan(sc)) CHECK_MESSAGE(!sel, "row " << k << " block " << b << ": a NaN score ranks below -Inf");
         if (sc == INFINITY) CHECK_MESSAGE(sel, "row " << k << " block " << b << ": +Inf is selected");
@@ -417,7 +421,7 @@ TEST_CASE("values: all-zero q, h_in and score rows (zero_rows): q8 zero, ties to
   const size_t H = size_t(c.hidden), OK = size_t(c.o_k());
   const StepShared& sh = m->in.shared;
   CHECK(!any_nonzero(row_of(sh.h_in, 1, H)));
-  CHECK(!any_nonzero(row_of(sh.index_scores, 1, size_t(sh.score_width))));
+  for (const StepRank& I : m->in.ranks) CHECK(!any_nonzero(row_of(I.index_scores, 1, size_t(sh.score_width))));
   const int n_blk = (sh.seq_lens[1] + c.sparse_block - 1) / c.sparse_block;
   for (int r = 0; r < c.tp; ++r) {
     const RankResult& R = m->res.ranks[size_t(r)];

@@ -132,6 +132,7 @@ TEST_CASE("k4 golden --variant; the golden's variant attribute; inspect shows it
   r = cli::run(t, "inspect " + scalar);
   CHECK(r.rc == 0);
   CHECK(r.out.find("@variant = seed,split.kv_scale=scalar") != std::string::npos);
+  CHECK(r.out.find("variant (from the config): seed,split.kv_scale=scalar\n") != std::string::npos);
   r = cli::run(t, "inspect " + seed);
   CHECK(r.out.find("@variant = seed\n") != std::string::npos);
   r = cli::run(t, "diff " + seed + " " + scalar);

@@ -539,10 +539,12 @@ TEST_CASE("adversarial") {
         } else if (variant == 1) {  // score specials and ties
           what += "score specials and ties";
           const float fs[] = {NAN, -NAN, -0.0f, 0.0f, INFINITY, -INFINITY, 1e30f, -3.4e38f, 1.0f, 1.0f};
-          for (float& s : in.shared.index_scores) s = r.below(3) == 0 ? fs[r.below(10)] : float(r.below(4));
+          for (StepRank& R : in.ranks)  // each rank's own specials
+            for (float& s : R.index_scores) s = r.below(3) == 0 ? fs[r.below(10)] : float(r.below(4));
         } else if (variant == 2) {  // all scores equal: ties everywhere, resolved by id
           what += "all scores tied";
-          for (float& s : in.shared.index_scores) s = 0.5f;
+          for (StepRank& R : in.ranks)
+            for (float& s : R.index_scores) s = 0.5f;
         } else if (variant == 3) {  // residual specials: NaN, Inf, -0 into the norm and routing
           what += "residual specials";
           for (int i = 0; i < 50; ++i) in.shared.h_in[r.below(int(in.shared.h_in.size()))] = specials[r.below(10)];
@@ -568,6 +570,37 @@ TEST_CASE("adversarial") {
   }
 }
 
+// Per-rank index scores (seed:L487): each rank's kernel reads its own scores. Rank r's blocks
+// b = r (mod tp) lifted, so every rank selects a different set; a kernel that read another
+// rank's scores (or rank 0's everywhere) would select another rank's set and fail here.
+TEST_CASE("per-rank index scores") {
+  for (int tp : {2, 4}) {
+    const Config cfg = preset("tiny", tp);
+    const LayerWeights lw = test::random_layer(cfg, 1400 + tp);
+    gpu::Runner runner(lw);
+    for (int S : {3, 9}) {
+      StepInputs in = test::random_step(cfg, {S, contexts("mixed", S, 70 + S + tp), 1, uint64_t(S * 13 + tp)});
+      for (int r = 0; r < tp; ++r)
+        for (int k = 0; k < S; ++k)
+          for (int b = r; b < in.shared.score_width; b += tp) in.ranks[r].index_scores[size_t(k) * in.shared.score_width + b] += 32.0f;
+      const StepResult ref = run_step(lw, in);
+      int differing = 0;  // rows whose selections differ between every pair of ranks
+      for (int k = 0; k < S; ++k) {
+        bool all_differ = true;
+        for (int a = 0; a < tp; ++a)
+          for (int b = a + 1; b < tp; ++b)
+            all_differ = all_differ && !std::equal(ref.ranks[a].index.blocks.begin() + k * cfg.topk_blocks,
+                                                   ref.ranks[a].index.blocks.begin() + (k + 1) * cfg.topk_blocks,
+                                                   ref.ranks[b].index.blocks.begin() + k * cfg.topk_blocks);
+        differing += all_differ;
+      }
+      CHECK_MESSAGE(differing > 0, "no row where every rank selects a different set: the case proves nothing");
+      CHECK(check_step(runner, lw, in, "per-rank scores tiny tp" + std::to_string(tp) + " S=" + std::to_string(S), {},
+                       true, &ref));
+    }
+  }
+}
+
 // The stage twins (k4::gpu::select_blocks, ...: the replay entry points) on the reference's
 // own inputs reproduce each reference stage's outputs.
 TEST_CASE("stage twins") {
@@ -582,7 +615,7 @@ TEST_CASE("stage twins") {
       for (int r = 0; r < cfg.tp; ++r) {
         const RankResult& h = ref.ranks[r];
         RankResult& d = dev.ranks[r];
-        gpu::select_blocks(d.index, in.shared, cfg);
+        gpu::select_blocks(d.index, in.shared, in.ranks[r].index_scores, cfg);
         gpu::split_attention(d.split, in.shared, in.ranks[r], h.index, cfg);
         gpu::merge_partitions(d.merge, h.split, S, cfg);
         gpu::o_proj_partials(d.oproj, h.merge, lw.ranks[r], S, cfg);

@@ -579,7 +579,9 @@ TEST_CASE("per-rank index scores") {
     const LayerWeights lw = test::random_layer(cfg, 1400 + tp);
     gpu::Runner runner(lw);
     for (int S : {3, 9}) {
-      StepInputs in = test::random_step(cfg, {S, contexts("mixed", S, 70 + S + tp), 1, uint64_t(S * 13 + tp)});
+      std::vector<int> seq = contexts("mixed", S, 70 + S + tp);
+      seq[0] = 5000;  // a scored row (40 blocks): every rank's selection differs there
+      StepInputs in = test::random_step(cfg, {S, seq, 1, uint64_t(S * 13 + tp)});
       for (int r = 0; r < tp; ++r)
         for (int k = 0; k < S; ++k)
           for (int b = r; b < in.shared.score_width; b += tp) in.ranks[r].index_scores[size_t(k) * in.shared.score_width + b] += 32.0f;

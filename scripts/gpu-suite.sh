@@ -59,8 +59,14 @@ build() {
   local devfiles=(index split merge oproj router moe moe_fast allreduce runner)
   for f in "${devfiles[@]}"; do "${cu[@]}" -c "device/$f.cu" -o "$obj/$f.o" & pids+=($!); done
   local stage_file=(index split merge oproj router moe)
-  local libs=(-L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt -static-libstdc++ -static-libgcc
-              "$(g++ -print-file-name=libgomp.a)")
+  # the runner reads the golden schema's table (golden/format): k4_golden as build-device.sh built
+  # it, with the static HDF5 that CMake found (K4_STATIC_LIB_* in build-cuda's cache)
+  local hdf5=()
+  for n in hdf5 sz aec z; do
+    hdf5+=("$(sed -n "s/^K4_STATIC_LIB_$n:FILEPATH=//p" build-cuda/CMakeCache.txt)")
+  done
+  local libs=(build-cuda/libk4_golden.a "${hdf5[@]}" -L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt
+              -static-libstdc++ -static-libgcc "$(g++ -print-file-name=libgomp.a)")
   for n in 0 1 2 3 4 5; do
     local sf=${stage_file[$n]}
     "${cu[@]}" -DK4_PLANT_STAGE=$n -c "device/$sf.cu" -o "$obj/$sf.plant$n.o" & pids+=($!)

@@ -10,6 +10,7 @@
 #include <memory>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 
 #include "golden/inputs/synth.hpp"
@@ -130,6 +131,182 @@ int64_t draw_context(const Config& c, const std::string& spec, Rng& rng, const s
 
 }  // namespace
 
+// clang-format off
+#define K(member) [](Scenario& s) -> ScenarioField { return &s.member; }
+const std::vector<ScenarioKey>& scenario_keys() {
+  using KK = KeyKind;
+  static const std::vector<ScenarioKey> t = {
+    {"tokens", false, "--tokens", KK::Int, true, "decode rows S (1..16)", K(tokens)},
+    {"q_len", false, "--q-len", KK::Int, true, "rows a request (divides S)", K(q_len)},
+    {"context", false, "--context", KK::Contexts, true,
+     "contexts: one, one a request or one a row, comma-separated key counts or short / medium / long / max", K(context)},
+    {"pad_rows", false, "--pad-rows", KK::Rows, true, "comma-separated rows with seq_len 0", K(pad_rows)},
+    {"static_kv_scale", false, "--static-kv-scale", KK::ConfigFlag, false, "one k / v scale a cache", K(static_kv_scale)},
+    {"kv_page_stride", false, "--kv-page-stride", KK::OptInt, false, "8 or 16", K(kv_page_stride)},
+    {"cache_blocks", false, "--cache-blocks", KK::Int, true, "block allocations in the cache at most (default 256)", K(cache_blocks)},
+    {"rank_scores", false, "--rank-scores", KK::Text, true,
+     "index scores a rank: own (each rank's index head), shared (rank 0's everywhere), distinct (own, other blocks a rank)",
+     K(rank_scores)},
+    {"score_ties", true, "--ties", KK::Flag, true, "inject index-score ties", K(inject.score_ties)},
+    {"nan_scores", true, "--nan-scores", KK::Int, true, "NaN index scores a row", K(inject.nan_scores)},
+    {"neg_zero_scores", true, "--neg-zero-scores", KK::Int, true, "-0 (and +0) index scores a row", K(inject.neg_zero_scores)},
+    {"inf_scores", true, "--inf-scores", KK::Int, true, "+-Inf index scores a row", K(inject.inf_scores)},
+    {"repeated_expert", true, "--repeated-expert", KK::Expert, true,
+     "expert id every token routes to, or 'any' (the same picks)", K(inject.repeated_expert)},
+    {"extreme_q", true, "--extreme-q", KK::Flag, true, "q at and beyond the E4M3 range, Inf, NaN, -0", K(inject.extreme_q)},
+    {"huge_residual", true, "--huge-residual", KK::Flag, true, "h_in rows scaled up to 1e37", K(inject.huge_residual)},
+    {"extreme_kv", true, "--extreme-kv", KK::Flag, true, "K / V codes at +-448 and subnormals, scales 0 and 1e3", K(inject.extreme_kv)},
+    {"zero_rows", true, "--zero-rows", KK::Rows, true, "comma-separated rows of all-zero q, h_in and scores", K(inject.zero_rows)},
+    {"special_q", true, "--special-q", KK::Flag, false,
+     "q: token 0 NaN / +Inf / 466, every token -0, +-448, 464, +-2^-10", K(inject.special_q)},
+    {"special_h_in", true, "--special-h-in", KK::Flag, false,
+     "h_in: a NaN, +Inf, -Inf element or 64 -0 a row (row % 4)", K(inject.special_h_in)},
+    {"special_kv", true, "--special-kv", KK::Flag, false,
+     "NaN K / V codes and NaN / Inf scales where no row reads, -0 where rows read", K(inject.special_kv)},
+    {"special_weights", true, "--special-weights", KK::Flag, false,
+     "-0, +-Inf and NaN in the weights where their effect is contained", K(inject.special_weights)},
+    {"nan_weight", true, "--nan-weight", KK::Text, false, "one NaN in w_o, s_o, g_post or w_gate", K(inject.nan_weight)},
+    {"zero_attn_rows", true, "--zero-attn-rows", KK::Rows, false,
+     "comma-separated rows whose keys get v_scale 0 (attention 0)", K(inject.zero_attn_rows)},
+    {"nan_kv_rows", true, "--nan-kv-rows", KK::Rows, false,
+     "comma-separated rows with a NaN K and a NaN V code at keys they read", K(inject.nan_kv_rows)},
+  };
+  return t;
+}
+#undef K
+// clang-format on
+
+namespace {
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::vector<int> int_list(const std::string& s, const char* what) {
+  std::vector<int> out;
+  for (const std::string& t : split_list(s)) {
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != t.size()) throw std::invalid_argument(std::string(what) + ": '" + t + "' is not an integer");
+    out.push_back(v);
+  }
+  return out;
+}
+
+// The context list of the JSON form: one entry or a list, each a key count or a name.
+void read_contexts(const json& c, std::vector<std::string>& out, const std::string& where) {
+  out.clear();
+  const json list = c.is_array() ? c : json::array({c});
+  for (const json& e : list) {
+    if (e.is_number_unsigned()) out.push_back(std::to_string(e.get<uint64_t>()));
+    else if (e.is_number_integer()) out.push_back(std::to_string(e.get<int64_t>()));
+    else if (e.is_string()) out.push_back(e.get<std::string>());
+    else bad(where, "context entries are key counts or short / medium / long / max");
+  }
+}
+
+nlohmann::ordered_json contexts_json(const std::vector<std::string>& context) {
+  nlohmann::ordered_json ctx = nlohmann::ordered_json::array();
+  for (const std::string& c : context) {
+    // a key count as a number; digits past the int64 range stay a string (std::stoll would
+    // throw std::out_of_range: found by fuzzing; validate_scenario refuses such a context)
+    bool num = !c.empty() && c.size() <= 18 && std::all_of(c.begin(), c.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    if (num) ctx.push_back(std::stoll(c));
+    else ctx.push_back(c);
+  }
+  return ctx;
+}
+
+// One key of the JSON form into s (present in j).
+void read_key(const json& j, const ScenarioKey& k, Scenario& s, const std::string& where) {
+  const ScenarioField f = k.field(s);
+  switch (k.kind) {
+    case KeyKind::Int:
+    case KeyKind::OptInt: get_opt(j, k.key, *std::get<int*>(f), where); break;
+    case KeyKind::Flag: get_opt(j, k.key, *std::get<bool*>(f), where); break;
+    case KeyKind::ConfigFlag: {
+      bool b = false;
+      get_opt(j, k.key, b, where);
+      *std::get<int*>(f) = b ? 1 : 0;
+      break;
+    }
+    case KeyKind::Rows: get_opt(j, k.key, *std::get<std::vector<int>*>(f), where); break;
+    case KeyKind::Contexts: read_contexts(j[k.key], *std::get<std::vector<std::string>*>(f), where); break;
+    case KeyKind::Text: get_opt(j, k.key, *std::get<std::string*>(f), where); break;
+    case KeyKind::Expert: {
+      const json& r = j[k.key];
+      int& x = *std::get<int*>(f);
+      if (r.is_boolean()) x = r.get<bool>() ? -2 : -1;
+      else if (r.is_number_integer()) x = int_of(r, k.key, where);
+      else bad(where, std::string(k.key) + " is an expert id or true / false");
+      break;
+    }
+  }
+}
+
+// One key of s into the JSON form, unless it is written only when set and is not.
+void write_key(nlohmann::ordered_json& j, const ScenarioKey& k, Scenario& s) {
+  const ScenarioField f = k.field(s);
+  switch (k.kind) {
+    case KeyKind::Int: j[k.key] = *std::get<int*>(f); break;
+    case KeyKind::OptInt:
+      if (k.always_written || *std::get<int*>(f) >= 0) j[k.key] = *std::get<int*>(f);
+      break;
+    case KeyKind::Flag:
+      if (k.always_written || *std::get<bool*>(f)) j[k.key] = *std::get<bool*>(f);
+      break;
+    case KeyKind::ConfigFlag:
+      if (k.always_written || *std::get<int*>(f) >= 0) j[k.key] = *std::get<int*>(f) == 1;
+      break;
+    case KeyKind::Rows:
+      if (k.always_written || !std::get<std::vector<int>*>(f)->empty()) j[k.key] = *std::get<std::vector<int>*>(f);
+      break;
+    case KeyKind::Contexts: j[k.key] = contexts_json(*std::get<std::vector<std::string>*>(f)); break;
+    case KeyKind::Text:
+      if (k.always_written || !std::get<std::string*>(f)->empty()) j[k.key] = *std::get<std::string*>(f);
+      break;
+    case KeyKind::Expert: {
+      const int x = *std::get<int*>(f);
+      if (x == -2) j[k.key] = true;
+      else if (x == -1) j[k.key] = false;
+      else j[k.key] = x;
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+void set_key_from_text(Scenario& s, const ScenarioKey& k, const std::string& text) {
+  const ScenarioField f = k.field(s);
+  switch (k.kind) {
+    case KeyKind::Rows: *std::get<std::vector<int>*>(f) = int_list(text, k.flag); break;
+    case KeyKind::Contexts: *std::get<std::vector<std::string>*>(f) = split_list(text); break;
+    case KeyKind::Text: *std::get<std::string*>(f) = text; break;
+    case KeyKind::Expert: {
+      if (text == "any") {
+        *std::get<int*>(f) = -2;
+        break;
+      }
+      const std::vector<int> v = int_list(text, k.flag);
+      if (v.size() != 1) throw std::invalid_argument(std::string(k.flag) + ": '" + text + "' is not one integer");
+      *std::get<int*>(f) = v[0];
+      break;
+    }
+    default: throw std::logic_error(std::string("scenario: ") + k.flag + " takes no text");
+  }
+}
+
 Scenario scenario_from_json(const std::string& text, const std::string& where) {
   json j;
   try {
@@ -138,107 +315,28 @@ Scenario scenario_from_json(const std::string& text, const std::string& where) {
     bad(where, std::string("not valid JSON (") + e.what() + ")");
   }
   if (!j.is_object()) bad(where, "a scenario is a JSON object");
-  static const std::set<std::string> keys = {"tokens",         "q_len",        "context",     "pad_rows", "static_kv_scale",
-                                             "kv_page_stride", "cache_blocks", "rank_scores", "inject"};
+  std::set<std::string> keys = {"inject"}, ik;
+  for (const ScenarioKey& k : scenario_keys()) (k.injection ? ik : keys).insert(k.key);
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!keys.count(it.key())) bad(where, "unknown key '" + it.key() + "'");
   Scenario s;
-  get_opt(j, "tokens", s.tokens, where);
-  get_opt(j, "q_len", s.q_len, where);
-  if (j.contains("context")) {
-    s.context.clear();
-    const json& c = j["context"];
-    const json list = c.is_array() ? c : json::array({c});
-    for (const json& e : list) {
-      if (e.is_number_unsigned()) s.context.push_back(std::to_string(e.get<uint64_t>()));
-      else if (e.is_number_integer()) s.context.push_back(std::to_string(e.get<int64_t>()));
-      else if (e.is_string()) s.context.push_back(e.get<std::string>());
-      else bad(where, "context entries are key counts or short / medium / long / max");
-    }
-  }
-  get_opt(j, "pad_rows", s.pad_rows, where);
-  if (j.contains("static_kv_scale")) {
-    bool b = false;
-    get_opt(j, "static_kv_scale", b, where);
-    s.static_kv_scale = b ? 1 : 0;
-  }
-  get_opt(j, "kv_page_stride", s.kv_page_stride, where);
-  get_opt(j, "cache_blocks", s.cache_blocks, where);
-  get_opt(j, "rank_scores", s.rank_scores, where);
+  for (const ScenarioKey& k : scenario_keys())
+    if (!k.injection && j.contains(k.key)) read_key(j, k, s, where);
   if (j.contains("inject")) {
     const json& i = j["inject"];
     if (!i.is_object()) bad(where, "inject is a JSON object");
-    static const std::set<std::string> ik = {"score_ties",      "nan_scores",  "neg_zero_scores", "inf_scores",
-                                             "repeated_expert", "extreme_q",   "huge_residual",   "extreme_kv",
-                                             "zero_rows",       "special_q",   "special_h_in",    "special_kv",
-                                             "special_weights", "nan_weight",  "zero_attn_rows",  "nan_kv_rows"};
     for (auto it = i.begin(); it != i.end(); ++it)
       if (!ik.count(it.key())) bad(where, "unknown inject key '" + it.key() + "'");
-    Injections& x = s.inject;
-    get_opt(i, "score_ties", x.score_ties, where);
-    get_opt(i, "nan_scores", x.nan_scores, where);
-    get_opt(i, "neg_zero_scores", x.neg_zero_scores, where);
-    get_opt(i, "inf_scores", x.inf_scores, where);
-    if (i.contains("repeated_expert")) {
-      const json& r = i["repeated_expert"];
-      if (r.is_boolean()) x.repeated_expert = r.get<bool>() ? -2 : -1;
-      else if (r.is_number_integer()) x.repeated_expert = int_of(r, "repeated_expert", where);
-      else bad(where, "repeated_expert is an expert id or true / false");
-    }
-    get_opt(i, "extreme_q", x.extreme_q, where);
-    get_opt(i, "huge_residual", x.huge_residual, where);
-    get_opt(i, "extreme_kv", x.extreme_kv, where);
-    get_opt(i, "zero_rows", x.zero_rows, where);
-    get_opt(i, "special_q", x.special_q, where);
-    get_opt(i, "special_h_in", x.special_h_in, where);
-    get_opt(i, "special_kv", x.special_kv, where);
-    get_opt(i, "special_weights", x.special_weights, where);
-    get_opt(i, "nan_weight", x.nan_weight, where);
-    get_opt(i, "zero_attn_rows", x.zero_attn_rows, where);
-    get_opt(i, "nan_kv_rows", x.nan_kv_rows, where);
+    for (const ScenarioKey& k : scenario_keys())
+      if (k.injection && i.contains(k.key)) read_key(i, k, s, where);
   }
   return s;
 }
 
 std::string scenario_to_json(const Scenario& s) {
-  nlohmann::ordered_json j;
-  j["tokens"] = s.tokens;
-  j["q_len"] = s.q_len;
-  nlohmann::ordered_json ctx = nlohmann::ordered_json::array();
-  for (const std::string& c : s.context) {
-    // a key count as a number; digits past the int64 range stay a string (std::stoll would
-    // throw std::out_of_range: found by fuzzing; validate_scenario refuses such a context)
-    bool num = !c.empty() && c.size() <= 18 && std::all_of(c.begin(), c.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-    if (num) ctx.push_back(std::stoll(c));
-    else ctx.push_back(c);
-  }
-  j["context"] = ctx;
-  j["pad_rows"] = s.pad_rows;
-  if (s.static_kv_scale >= 0) j["static_kv_scale"] = s.static_kv_scale == 1;
-  if (s.kv_page_stride >= 0) j["kv_page_stride"] = s.kv_page_stride;
-  j["cache_blocks"] = s.cache_blocks;
-  j["rank_scores"] = s.rank_scores;
-  const Injections& x = s.inject;
-  nlohmann::ordered_json i;
-  i["score_ties"] = x.score_ties;
-  i["nan_scores"] = x.nan_scores;
-  i["neg_zero_scores"] = x.neg_zero_scores;
-  i["inf_scores"] = x.inf_scores;
-  if (x.repeated_expert == -2) i["repeated_expert"] = true;
-  else if (x.repeated_expert == -1) i["repeated_expert"] = false;
-  else i["repeated_expert"] = x.repeated_expert;
-  i["extreme_q"] = x.extreme_q;
-  i["huge_residual"] = x.huge_residual;
-  i["extreme_kv"] = x.extreme_kv;
-  i["zero_rows"] = x.zero_rows;
-  // the special-value keys only when set (the JSON of older scenarios stays as it was)
-  if (x.special_q) i["special_q"] = true;
-  if (x.special_h_in) i["special_h_in"] = true;
-  if (x.special_kv) i["special_kv"] = true;
-  if (x.special_weights) i["special_weights"] = true;
-  if (!x.nan_weight.empty()) i["nan_weight"] = x.nan_weight;
-  if (!x.zero_attn_rows.empty()) i["zero_attn_rows"] = x.zero_attn_rows;
-  if (!x.nan_kv_rows.empty()) i["nan_kv_rows"] = x.nan_kv_rows;
+  Scenario x = s;  // the table's fields are of a mutable Scenario
+  nlohmann::ordered_json j, i;
+  for (const ScenarioKey& k : scenario_keys()) write_key(k.injection ? i : j, k, x);
   j["inject"] = i;
   return j.dump();
 }
@@ -384,21 +482,21 @@ std::vector<float> rank_index_scores(const Config& c, const Scenario& s, uint64_
 
 }  // namespace
 
-StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, const LayerWeights* w) {
-  validate_scenario(s, cfg);
-  const Config& c = cfg;
-  const int S = s.tokens, Q = s.q_len, R = S / Q, H = c.hidden, OK = c.o_k();
-  StepInputs in;
-  StepShared& sh = in.shared;
-  sh.tokens = S;
-  sh.q_len = Q;
-  sh.seq_lens = scenario_seq_lens(cfg, s, seed);
-  std::vector<bool> pad(size_t(S), false);
-  for (int r : s.pad_rows) pad[size_t(r)] = true;
-  std::vector<bool> zero(size_t(S), false);
-  for (int r : s.inject.zero_rows) zero[size_t(r)] = true;
+namespace {
 
-  // Block tables: a request's rows share its blocks.
+// The rows a list names, as flags (pad_rows, zero_rows).
+std::vector<bool> row_flags(const std::vector<int>& rows, int S) {
+  std::vector<bool> f(size_t(S), false);
+  for (int r : rows) f[size_t(r)] = true;
+  return f;
+}
+
+// Block tables: a request's rows share its blocks, request i's block b is allocation
+// perm[(offset_i + b) % n_alloc] of a seeded permutation. Returns each row's block count;
+// n_alloc receives the allocations the cache holds.
+std::vector<int> make_block_tables(StepShared& sh, const Config& c, const Scenario& s, uint64_t seed, int64_t& n_alloc) {
+  const int S = s.tokens, Q = s.q_len, R = S / Q;
+  const std::vector<bool> pad = row_flags(s.pad_rows, S);
   std::vector<int> nblk(static_cast<size_t>(S));
   for (int k = 0; k < S; ++k) nblk[size_t(k)] = blocks_of(c, sh.seq_lens[size_t(k)]);
   sh.bt_width = *std::max_element(nblk.begin(), nblk.end());
@@ -412,7 +510,7 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
     offset[size_t(i)] = total;
     total += m;
   }
-  const int64_t n_alloc = std::max<int64_t>(1, std::min<int64_t>(total, s.cache_blocks));
+  n_alloc = std::max<int64_t>(1, std::min<int64_t>(total, s.cache_blocks));
   std::vector<int32_t> perm(static_cast<size_t>(n_alloc));
   for (int64_t a = 0; a < n_alloc; ++a) perm[size_t(a)] = int32_t(a);
   {
@@ -426,169 +524,203 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
     for (int b = 0; b < nblk[size_t(k)]; ++b)
       sh.block_table[size_t(k) * sh.bt_width + b] = perm[size_t((offset[size_t(i)] + b) % n_alloc)];
   }
+  return nblk;
+}
 
-  // Index scores: each rank's own index head (rank_scores), or rank 0's everywhere.
-  std::vector<std::vector<float>> scores(size_t(c.tp));
-  for (int r = 0; r < c.tp; ++r)
-    scores[size_t(r)] = s.rank_scores == "shared" && r > 0 ? scores[0] : rank_index_scores(c, s, seed, sh, nblk, zero, r);
-
-  // Residual.
+// The residual h_in: bf16 N(0, 1), then repeated_expert, huge_residual, special_h_in, zero_rows.
+void make_residual(StepShared& sh, const Config& c, const Scenario& s, uint64_t seed, const LayerWeights* w) {
+  const int S = s.tokens, H = c.hidden;
+  const std::vector<bool> zero = row_flags(s.inject.zero_rows, S);
   sh.h_in.resize(size_t(S) * H);
-  {
-    Rng rng(seed, "h_in");
-    for (uint16_t& v : sh.h_in) v = bf16_bits_rne(float(rng.normal()));
-    const Injections& x = s.inject;
-    if (x.repeated_expert >= 0 && w && !w->ranks.empty()) {
-      const uint16_t* g = &w->ranks[0].w_gate[size_t(x.repeated_expert) * H];
-      for (int k = 0; k < S; ++k)
-        for (int i = 0; i < H; ++i) sh.h_in[size_t(k) * H + i] = bf16_bits_rne((g[i] & 0x8000u) ? -32.0f : 32.0f);
-    } else if (x.repeated_expert != -1) {  // the same row everywhere (no weights to aim with)
-      for (int k = 1; k < S; ++k) std::copy_n(&sh.h_in[0], H, &sh.h_in[size_t(k) * H]);
-      for (uint16_t& v : sh.h_in) v = bf16_bits_rne(bf16_to_f32(v) * 32.0f);
-    }
-    if (x.huge_residual) {
-      const float scale[3] = {256.0f, 1e20f, 1e37f};
-      for (int k = 0; k < S; ++k)
-        for (int i = 0; i < H; ++i) {
-          uint16_t& v = sh.h_in[size_t(k) * H + i];
-          v = bf16_bits_rne(bf16_to_f32(v) * scale[k % 3]);
-        }
-    }
-    if (x.special_h_in) {
-      Rng sp(seed, "special_h_in");
-      const uint16_t one[3] = {0x7FC0, 0x7F80, 0xFF80};  // NaN, +Inf, -Inf
-      for (int k = 0; k < S; ++k) {
-        uint16_t* row = &sh.h_in[size_t(k) * H];
-        if (k % 4 < 3) row[sp.range(0, H - 1)] = one[k % 4];
-        else
-          for (int t = 0; t < 64; ++t) row[sp.range(0, H - 1)] = 0x8000;  // -0
-      }
-    }
+  Rng rng(seed, "h_in");
+  for (uint16_t& v : sh.h_in) v = bf16_bits_rne(float(rng.normal()));
+  const Injections& x = s.inject;
+  if (x.repeated_expert >= 0 && w && !w->ranks.empty()) {
+    const uint16_t* g = &w->ranks[0].w_gate[size_t(x.repeated_expert) * H];
     for (int k = 0; k < S; ++k)
-      if (zero[size_t(k)]) std::fill_n(&sh.h_in[size_t(k) * H], H, uint16_t(0));
+      for (int i = 0; i < H; ++i) sh.h_in[size_t(k) * H + i] = bf16_bits_rne((g[i] & 0x8000u) ? -32.0f : 32.0f);
+  } else if (x.repeated_expert != -1) {  // the same row everywhere (no weights to aim with)
+    for (int k = 1; k < S; ++k) std::copy_n(&sh.h_in[0], H, &sh.h_in[size_t(k) * H]);
+    for (uint16_t& v : sh.h_in) v = bf16_bits_rne(bf16_to_f32(v) * 32.0f);
   }
+  if (x.huge_residual) {
+    const float scale[3] = {256.0f, 1e20f, 1e37f};
+    for (int k = 0; k < S; ++k)
+      for (int i = 0; i < H; ++i) {
+        uint16_t& v = sh.h_in[size_t(k) * H + i];
+        v = bf16_bits_rne(bf16_to_f32(v) * scale[k % 3]);
+      }
+  }
+  if (x.special_h_in) {
+    Rng sp(seed, "special_h_in");
+    const uint16_t one[3] = {0x7FC0, 0x7F80, 0xFF80};  // NaN, +Inf, -Inf
+    for (int k = 0; k < S; ++k) {
+      uint16_t* row = &sh.h_in[size_t(k) * H];
+      if (k % 4 < 3) row[sp.range(0, H - 1)] = one[k % 4];
+      else
+        for (int t = 0; t < 64; ++t) row[sp.range(0, H - 1)] = 0x8000;  // -0
+    }
+  }
+  for (int k = 0; k < S; ++k)
+    if (zero[size_t(k)]) std::fill_n(&sh.h_in[size_t(k) * H], H, uint16_t(0));
+}
 
-  // Per rank: q and the KV cache.
+// Rank r's q heads: bf16 N(0, 1), then extreme_q, special_q, zero_rows.
+void make_q(StepRank& R0, const Config& c, const Scenario& s, uint64_t seed, int r) {
+  const int S = s.tokens, OK = c.o_k();
+  const std::vector<bool> zero = row_flags(s.inject.zero_rows, S);
+  const std::string rk = "/rank" + std::to_string(r);
+  R0.q.resize(size_t(S) * OK);
+  Rng rq(seed, "q" + rk);
+  for (uint16_t& v : R0.q) v = bf16_bits_rne(float(rq.normal()));
+  if (s.inject.extreme_q) {
+    const float specials[] = {448.0f, -448.0f, 464.0f, 466.0f, -480.0f, 1e4f, std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                              0x1p-10f, 0x1p-9f, -0.0f};
+    for (int k = 0; k < S; ++k)
+      for (int h = 0; h < c.heads; ++h)
+        for (int t = 0; t < 12; ++t) {
+          const int d = int(rq.range(0, c.head_dim - 1));
+          R0.q[size_t(k) * OK + size_t(h) * c.head_dim + d] = bf16_bits_rne(specials[(t + k + h) % 12]);
+        }
+  }
+  if (s.inject.special_q) {
+    Rng sp(seed, "special_q" + rk);
+    // contained: E4M3 NoSaturate keeps them finite (464 ties to 448, 2^-10 to 0)
+    const uint16_t fine[7] = {0x8000, bf16_bits_rne(448.0f), bf16_bits_rne(-448.0f), bf16_bits_rne(464.0f),
+                              bf16_bits_rne(0x1p-10f), bf16_bits_rne(-0x1p-10f), bf16_bits_rne(0x1p-9f)};
+    for (int k = 0; k < S; ++k)
+      for (int h = 3; h < c.heads; ++h)
+        for (int t = 0; t < 7; ++t) R0.q[size_t(k) * OK + size_t(h) * c.head_dim + size_t(sp.range(0, c.head_dim - 1))] = fine[t];
+    // token 0 poisoned: NaN, +Inf, 466 (E4M3 NoSaturate: NaN) in heads 0, 1, 2
+    const uint16_t poison[3] = {0x7FC0, 0x7F80, bf16_bits_rne(466.0f)};
+    for (int h = 0; h < 3; ++h) R0.q[size_t(h) * c.head_dim + size_t(sp.range(0, c.head_dim - 1))] = poison[h];
+  }
+  for (int k = 0; k < S; ++k)
+    if (zero[size_t(k)]) std::fill_n(&R0.q[size_t(k) * OK], OK, uint16_t(0));
+}
+
+// Rank r's KV cache: the pages of n_alloc block allocations (codes and scales from one
+// seeded stream, extreme_kv continuing it); pages no block uses stay zero.
+void make_kv_cache(StepRank& R0, const Config& c, const Scenario& s, uint64_t seed, int r, int64_t n_alloc) {
   const int stride = c.kv_page_stride, ppb = c.pages_per_block(), pb = c.page * c.head_dim;
   const int n_pages = int((n_alloc - 1) * stride + ppb);
-  for (int r = 0; r < c.tp; ++r) {
-    StepRank R0;
-    const std::string rk = "/rank" + std::to_string(r);
-    R0.index_scores = std::move(scores[size_t(r)]);
-    R0.q.resize(size_t(S) * OK);
-    Rng rq(seed, "q" + rk);
-    for (uint16_t& v : R0.q) v = bf16_bits_rne(float(rq.normal()));
-    if (s.inject.extreme_q) {
-      const float specials[] = {448.0f, -448.0f, 464.0f, 466.0f, -480.0f, 1e4f, std::numeric_limits<float>::infinity(),
-                                -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                                0x1p-10f, 0x1p-9f, -0.0f};
-      for (int k = 0; k < S; ++k)
-        for (int h = 0; h < c.heads; ++h)
-          for (int t = 0; t < 12; ++t) {
-            const int d = int(rq.range(0, c.head_dim - 1));
-            R0.q[size_t(k) * OK + size_t(h) * c.head_dim + d] = bf16_bits_rne(specials[(t + k + h) % 12]);
-          }
+  R0.n_pages = n_pages;
+  R0.k_cache.assign(size_t(n_pages) * pb, 0);
+  R0.v_cache.assign(size_t(n_pages) * pb, 0);
+  const size_t n_scales = c.one_kv_scale() ? 1 : size_t(n_pages) * c.page;
+  R0.k_scale.assign(n_scales, 0.0f);
+  R0.v_scale.assign(n_scales, 0.0f);
+  Rng rkv(seed, "kv/rank" + std::to_string(r));
+  for (int64_t a = 0; a < n_alloc; ++a)
+    for (int j = 0; j < ppb; ++j) {
+      const size_t p = size_t(a * stride + j);
+      kv_codes(rkv, &R0.k_cache[p * pb], size_t(pb));
+      kv_codes(rkv, &R0.v_cache[p * pb], size_t(pb));
+      if (!c.one_kv_scale())
+        for (int t = 0; t < c.page; ++t) {
+          R0.k_scale[p * c.page + t] = float(0.002 + 0.018 * rkv.unit());
+          R0.v_scale[p * c.page + t] = float(0.002 + 0.018 * rkv.unit());
+        }
     }
-    if (s.inject.special_q) {
-      Rng sp(seed, "special_q" + rk);
-      // contained: E4M3 NoSaturate keeps them finite (464 ties to 448, 2^-10 to 0)
-      const uint16_t fine[7] = {0x8000, bf16_bits_rne(448.0f), bf16_bits_rne(-448.0f), bf16_bits_rne(464.0f),
-                                bf16_bits_rne(0x1p-10f), bf16_bits_rne(-0x1p-10f), bf16_bits_rne(0x1p-9f)};
-      for (int k = 0; k < S; ++k)
-        for (int h = 3; h < c.heads; ++h)
-          for (int t = 0; t < 7; ++t) R0.q[size_t(k) * OK + size_t(h) * c.head_dim + size_t(sp.range(0, c.head_dim - 1))] = fine[t];
-      // token 0 poisoned: NaN, +Inf, 466 (E4M3 NoSaturate: NaN) in heads 0, 1, 2
-      const uint16_t poison[3] = {0x7FC0, 0x7F80, bf16_bits_rne(466.0f)};
-      for (int h = 0; h < 3; ++h) R0.q[size_t(h) * c.head_dim + size_t(sp.range(0, c.head_dim - 1))] = poison[h];
-    }
-    for (int k = 0; k < S; ++k)
-      if (zero[size_t(k)]) std::fill_n(&R0.q[size_t(k) * OK], OK, uint16_t(0));
-    R0.n_pages = n_pages;
-    R0.k_cache.assign(size_t(n_pages) * pb, 0);
-    R0.v_cache.assign(size_t(n_pages) * pb, 0);
-    const size_t n_scales = c.one_kv_scale() ? 1 : size_t(n_pages) * c.page;
-    R0.k_scale.assign(n_scales, 0.0f);
-    R0.v_scale.assign(n_scales, 0.0f);
-    Rng rkv(seed, "kv" + rk);
+  if (c.one_kv_scale()) {
+    R0.k_scale[0] = float(0.002 + 0.018 * rkv.unit());
+    R0.v_scale[0] = float(0.002 + 0.018 * rkv.unit());
+  }
+  if (s.inject.extreme_kv) {
+    const uint8_t codes[] = {0x7E, 0xFE, 0x01, 0x81, 0x00, 0x80};
     for (int64_t a = 0; a < n_alloc; ++a)
       for (int j = 0; j < ppb; ++j) {
         const size_t p = size_t(a * stride + j);
-        kv_codes(rkv, &R0.k_cache[p * pb], size_t(pb));
-        kv_codes(rkv, &R0.v_cache[p * pb], size_t(pb));
-        if (!c.one_kv_scale())
-          for (int t = 0; t < c.page; ++t) {
-            R0.k_scale[p * c.page + t] = float(0.002 + 0.018 * rkv.unit());
-            R0.v_scale[p * c.page + t] = float(0.002 + 0.018 * rkv.unit());
-          }
-      }
-    if (c.one_kv_scale()) {
-      R0.k_scale[0] = float(0.002 + 0.018 * rkv.unit());
-      R0.v_scale[0] = float(0.002 + 0.018 * rkv.unit());
-    }
-    if (s.inject.extreme_kv) {
-      const uint8_t codes[] = {0x7E, 0xFE, 0x01, 0x81, 0x00, 0x80};
-      for (int64_t a = 0; a < n_alloc; ++a)
-        for (int j = 0; j < ppb; ++j) {
-          const size_t p = size_t(a * stride + j);
-          for (int t = 0; t < 16; ++t) {
-            R0.k_cache[p * pb + size_t(rkv.range(0, pb - 1))] = codes[t % 6];
-            R0.v_cache[p * pb + size_t(rkv.range(0, pb - 1))] = codes[(t + 3) % 6];
-          }
-          if (!c.one_kv_scale()) {
-            R0.k_scale[p * c.page + size_t(rkv.range(0, c.page - 1))] = 0.0f;
-            R0.v_scale[p * c.page + size_t(rkv.range(0, c.page - 1))] = 1e3f;
-          }
+        for (int t = 0; t < 16; ++t) {
+          R0.k_cache[p * pb + size_t(rkv.range(0, pb - 1))] = codes[t % 6];
+          R0.v_cache[p * pb + size_t(rkv.range(0, pb - 1))] = codes[(t + 3) % 6];
         }
-    }
-    if (s.inject.special_kv || !s.inject.zero_attn_rows.empty() || !s.inject.nan_kv_rows.empty()) {
-      // The keys some row reads (key t of a row's block b: page entry * stride + t / 16 for
-      // b * 128 + t < the row's context): a superset of what the split reads.
-      std::vector<uint8_t> read(size_t(n_pages) * c.page, 0);
-      auto each_key = [&](int k, const std::function<void(size_t)>& fn) {
-        const int64_t ctx = std::max<int32_t>(sh.seq_lens[size_t(k)], 1);
-        for (int b = 0; b < nblk[size_t(k)]; ++b) {
-          const int64_t entry = sh.block_table[size_t(k) * sh.bt_width + b];
-          for (int64_t t = 0; t < c.sparse_block && b * int64_t(c.sparse_block) + t < ctx; ++t)
-            fn(size_t((entry * stride + t / c.page) * c.page + t % c.page));
-        }
-      };
-      for (int k = 0; k < S; ++k) each_key(k, [&](size_t key) { read[key] = 1; });
-      if (s.inject.special_kv) {
-        for (size_t key = 0; key < read.size(); ++key) {
-          const size_t p = key / size_t(c.page);
-          const int t = int(key % size_t(c.page));
-          if (!read[key]) {  // junk: never in an output
-            for (int d = 0; d < c.head_dim; ++d) {
-              R0.k_cache[p * pb + size_t(k_byte(t, d))] = (d % 2) ? 0xFF : 0x7F;
-              R0.v_cache[p * pb + size_t(v_byte(t, d))] = (d % 2) ? 0x7F : 0xFF;
-            }
-            if (!c.one_kv_scale()) {
-              R0.k_scale[key] = (t % 2) ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
-              R0.v_scale[key] = (t % 2) ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-            }
-          } else if (t < 2) {  // the first keys of a page that is read: -0 scales and codes
-            if (!c.one_kv_scale()) (t == 0 ? R0.k_scale : R0.v_scale)[key] = -0.0f;
-            R0.k_cache[p * pb + size_t(k_byte(t, 3))] = 0x80;
-            R0.v_cache[p * pb + size_t(v_byte(t, 5))] = 0x80;
-          }
+        if (!c.one_kv_scale()) {
+          R0.k_scale[p * c.page + size_t(rkv.range(0, c.page - 1))] = 0.0f;
+          R0.v_scale[p * c.page + size_t(rkv.range(0, c.page - 1))] = 1e3f;
         }
       }
-      for (int k : s.inject.zero_attn_rows) each_key(k, [&](size_t key) { R0.v_scale[key] = 0.0f; });
-      // the key at position pos of row k: (page entry * stride + t / page) * page + t % page
-      auto key_at = [&](int k, int64_t pos) {
-        const int64_t entry = sh.block_table[size_t(k) * sh.bt_width + pos / c.sparse_block];
-        const int64_t t = pos % c.sparse_block;
-        return size_t((entry * stride + t / c.page) * c.page + t % c.page);
-      };
-      for (int k : s.inject.nan_kv_rows) {
-        const int64_t ctx = sh.seq_lens[size_t(k)];
-        if (ctx < 2) throw std::invalid_argument("nan_kv_row " + std::to_string(k) + " reads " + std::to_string(ctx) +
-                                                 " keys; it needs 2 (a NaN K and a NaN V key)");
-        const size_t kk = key_at(k, ctx - 1), kv = key_at(k, ctx - 2);
-        R0.k_cache[kk / size_t(c.page) * pb + size_t(k_byte(int(kk % size_t(c.page)), 0))] = 0x7F;
-        R0.v_cache[kv / size_t(c.page) * pb + size_t(v_byte(int(kv % size_t(c.page)), 1))] = 0xFF;
+  }
+}
+
+// The injections placed by the keys rows read: special_kv, zero_attn_rows, nan_kv_rows.
+void inject_read_keys(StepRank& R0, const Config& c, const StepShared& sh, const std::vector<int>& nblk, const Scenario& s) {
+  const Injections& x = s.inject;
+  if (!x.special_kv && x.zero_attn_rows.empty() && x.nan_kv_rows.empty()) return;
+  const int stride = c.kv_page_stride, pb = c.page * c.head_dim;
+  // The keys some row reads (key t of a row's block b: page entry * stride + t / 16 for
+  // b * 128 + t < the row's context): a superset of what the split reads.
+  std::vector<uint8_t> read(size_t(R0.n_pages) * c.page, 0);
+  auto each_key = [&](int k, const std::function<void(size_t)>& fn) {
+    const int64_t ctx = std::max<int32_t>(sh.seq_lens[size_t(k)], 1);
+    for (int b = 0; b < nblk[size_t(k)]; ++b) {
+      const int64_t entry = sh.block_table[size_t(k) * sh.bt_width + b];
+      for (int64_t t = 0; t < c.sparse_block && b * int64_t(c.sparse_block) + t < ctx; ++t)
+        fn(size_t((entry * stride + t / c.page) * c.page + t % c.page));
+    }
+  };
+  for (int k = 0; k < s.tokens; ++k) each_key(k, [&](size_t key) { read[key] = 1; });
+  if (x.special_kv) {
+    for (size_t key = 0; key < read.size(); ++key) {
+      const size_t p = key / size_t(c.page);
+      const int t = int(key % size_t(c.page));
+      if (!read[key]) {  // junk: never in an output
+        for (int d = 0; d < c.head_dim; ++d) {
+          R0.k_cache[p * pb + size_t(k_byte(t, d))] = (d % 2) ? 0xFF : 0x7F;
+          R0.v_cache[p * pb + size_t(v_byte(t, d))] = (d % 2) ? 0x7F : 0xFF;
+        }
+        if (!c.one_kv_scale()) {
+          R0.k_scale[key] = (t % 2) ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+          R0.v_scale[key] = (t % 2) ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+        }
+      } else if (t < 2) {  // the first keys of a page that is read: -0 scales and codes
+        if (!c.one_kv_scale()) (t == 0 ? R0.k_scale : R0.v_scale)[key] = -0.0f;
+        R0.k_cache[p * pb + size_t(k_byte(t, 3))] = 0x80;
+        R0.v_cache[p * pb + size_t(v_byte(t, 5))] = 0x80;
       }
     }
+  }
+  for (int k : x.zero_attn_rows) each_key(k, [&](size_t key) { R0.v_scale[key] = 0.0f; });
+  // the key at position pos of row k: (page entry * stride + t / page) * page + t % page
+  auto key_at = [&](int k, int64_t pos) {
+    const int64_t entry = sh.block_table[size_t(k) * sh.bt_width + pos / c.sparse_block];
+    const int64_t t = pos % c.sparse_block;
+    return size_t((entry * stride + t / c.page) * c.page + t % c.page);
+  };
+  for (int k : x.nan_kv_rows) {
+    const int64_t ctx = sh.seq_lens[size_t(k)];
+    if (ctx < 2) throw std::invalid_argument("nan_kv_row " + std::to_string(k) + " reads " + std::to_string(ctx) +
+                                             " keys; it needs 2 (a NaN K and a NaN V key)");
+    const size_t kk = key_at(k, ctx - 1), kv = key_at(k, ctx - 2);
+    R0.k_cache[kk / size_t(c.page) * pb + size_t(k_byte(int(kk % size_t(c.page)), 0))] = 0x7F;
+    R0.v_cache[kv / size_t(c.page) * pb + size_t(v_byte(int(kv % size_t(c.page)), 1))] = 0xFF;
+  }
+}
+
+}  // namespace
+
+StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, const LayerWeights* w) {
+  validate_scenario(s, cfg);
+  StepInputs in;
+  StepShared& sh = in.shared;
+  sh.tokens = s.tokens;
+  sh.q_len = s.q_len;
+  sh.seq_lens = scenario_seq_lens(cfg, s, seed);
+  int64_t n_alloc = 0;
+  const std::vector<int> nblk = make_block_tables(sh, cfg, s, seed, n_alloc);
+  // Index scores: each rank's own index head (rank_scores), or rank 0's everywhere.
+  const std::vector<bool> zero = row_flags(s.inject.zero_rows, s.tokens);
+  std::vector<std::vector<float>> scores(size_t(cfg.tp));
+  for (int r = 0; r < cfg.tp; ++r)
+    scores[size_t(r)] = s.rank_scores == "shared" && r > 0 ? scores[0] : rank_index_scores(cfg, s, seed, sh, nblk, zero, r);
+  make_residual(sh, cfg, s, seed, w);
+  for (int r = 0; r < cfg.tp; ++r) {
+    StepRank R0;
+    R0.index_scores = std::move(scores[size_t(r)]);
+    make_q(R0, cfg, s, seed, r);
+    make_kv_cache(R0, cfg, s, seed, r, n_alloc);
+    inject_read_keys(R0, cfg, sh, nblk, s);
     in.ranks.push_back(std::move(R0));
   }
   return in;

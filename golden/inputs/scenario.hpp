@@ -1,6 +1,7 @@
 // scenario.hpp -- one decode step's inputs (StepInputs) from a seed and a small scenario.
 //
-// JSON form (every key optional; unknown keys are an error):
+// JSON form (every key optional; unknown keys are an error; each key one row of
+// scenario_keys() below, with its k4 golden short form):
 //   {"tokens": 4, "q_len": 1,
 //    "context": [1000, "short", "long"],   one entry for every request, one a request, or one a row;
 //                                          ints are keys; "short" (1 .. TOPK_BLOCKS blocks, the id-
@@ -34,6 +35,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "reference/config.hpp"
@@ -95,6 +97,36 @@ struct Scenario {
   std::string rank_scores = "own";  // own | shared | distinct
   Injections inject;
 };
+
+// ---- the scenario's keys, declared once -------------------------------------------------
+// Each key of the JSON form is one row: its name (in "inject" for an injection), the short
+// form `k4 golden` takes on its command line, what it holds and its help. The JSON reader,
+// the JSON writer and the command line all loop over this table (as config_to_json loops over
+// Config's fields): a new scenario option is one row.
+enum class KeyKind {
+  Int,         // an integer
+  OptInt,      // an integer, -1 = the config's: in the JSON only when >= 0
+  Flag,        // true / false; the flag sets true
+  ConfigFlag,  // -1 the config's, 0 / 1 (JSON false / true, only when set); the flag sets 1
+  Rows,        // a list of integers; the option takes them comma-separated
+  Contexts,    // key counts or short / medium / long / max: one, or a JSON list; comma-separated
+  Text,        // a string
+  Expert,      // an expert id, true (-2: the same picks) or false (-1); the option an id or 'any'
+};
+using ScenarioField = std::variant<int*, bool*, std::vector<int>*, std::vector<std::string>*, std::string*>;
+struct ScenarioKey {
+  const char* key;       // the JSON key
+  bool injection;        // under "inject"
+  const char* flag;      // k4 golden's option
+  KeyKind kind;
+  bool always_written;   // false: in the JSON only when set (the JSON of older scenarios stays as it was)
+  const char* help;      // the option's help
+  ScenarioField (*field)(Scenario&);
+};
+const std::vector<ScenarioKey>& scenario_keys();
+// Key k of s from its command-line text (Rows, Contexts, Text, Expert); throws
+// std::invalid_argument naming the flag.
+void set_key_from_text(Scenario& s, const ScenarioKey& k, const std::string& text);
 
 // Throws std::invalid_argument naming `where` and the key.
 Scenario scenario_from_json(const std::string& text, const std::string& where);

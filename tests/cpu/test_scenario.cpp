@@ -6,6 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
 
 #include "golden/inputs/scenario.hpp"
 #include "golden/inputs/synth.hpp"
@@ -170,6 +174,57 @@ TEST_CASE("scenario JSON: round trip, unknown keys and bad values named") {
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(validate_scenario(scn(4, {"huge"}), cfg), doctest::Contains("context 'huge'"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(validate_scenario(scn(4, {"1", "2"}), cfg), doctest::Contains("context has 2 entries"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("scenario keys: one table for the JSON and the command line") {
+  // A default scenario's JSON is what the goldens of main hold (the keys written only when
+  // set stay out of it).
+  CHECK(scenario_to_json(Scenario{}) ==
+        "{\"tokens\":1,\"q_len\":1,\"context\":[\"short\"],\"pad_rows\":[],\"cache_blocks\":256,\"rank_scores\":\"own\","
+        "\"inject\":{\"score_ties\""
+        ":false,\"nan_scores\":0,\"neg_zero_scores\":0,\"inf_scores\":0,\"repeated_expert\":false,\"extreme_q\":false,"
+        "\"huge_residual\":false,\"extreme_kv\":false,\"zero_rows\":[]}}");
+  // Every key set away from its default is written, read back and written the same; each
+  // flag is a distinct option.
+  Scenario s;
+  std::set<std::string> flags, keys;
+  for (const ScenarioKey& k : scenario_keys()) {
+    CHECK(flags.insert(k.flag).second);
+    CHECK(keys.insert(k.key).second);
+    const ScenarioField f = k.field(s);
+    switch (k.kind) {
+      case KeyKind::Int: *std::get<int*>(f) = 3; break;
+      case KeyKind::OptInt: *std::get<int*>(f) = 16; break;
+      case KeyKind::Flag: *std::get<bool*>(f) = true; break;
+      case KeyKind::ConfigFlag: *std::get<int*>(f) = 1; break;
+      case KeyKind::Rows: *std::get<std::vector<int>*>(f) = {1}; break;
+      case KeyKind::Contexts: *std::get<std::vector<std::string>*>(f) = {"long", "300"}; break;
+      case KeyKind::Text: *std::get<std::string*>(f) = k.key == std::string("rank_scores") ? "shared" : "w_o"; break;
+      case KeyKind::Expert: *std::get<int*>(f) = 5; break;
+    }
+  }
+  CHECK(scenario_keys().size() == 24);
+  const std::string js = scenario_to_json(s);
+  for (const std::string& k : keys) CHECK_MESSAGE(js.find("\"" + k + "\":") != std::string::npos, k);
+  CHECK(scenario_to_json(scenario_from_json(js, "test")) == js);
+  // the text forms of the command line
+  Scenario t;
+  const auto key = [](const char* name) -> const ScenarioKey& {
+    for (const ScenarioKey& k : scenario_keys())
+      if (std::string(k.key) == name) return k;
+    throw std::logic_error(name);
+  };
+  set_key_from_text(t, key("repeated_expert"), "any");
+  CHECK(t.inject.repeated_expert == -2);
+  set_key_from_text(t, key("repeated_expert"), "7");
+  CHECK(t.inject.repeated_expert == 7);
+  set_key_from_text(t, key("zero_attn_rows"), "0,2");
+  CHECK(t.inject.zero_attn_rows == std::vector<int>{0, 2});
+  set_key_from_text(t, key("context"), "short,4000");
+  CHECK(t.context == std::vector<std::string>{"short", "4000"});
+  CHECK_THROWS_WITH_AS(set_key_from_text(t, key("pad_rows"), "1,x"), "--pad-rows: 'x' is not an integer", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(set_key_from_text(t, key("repeated_expert"), "1,2"), "--repeated-expert: '1,2' is not one integer",
                        std::invalid_argument);
 }
 

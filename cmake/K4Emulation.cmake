@@ -43,6 +43,15 @@ function(k4_emulation_variant name)
 endfunction()
 
 k4_emulation_variant(k4_emu_tests KERNELS k4_emu_kernels DEFINES ${K4_EMU_DEFINES})
+# Every kernel mutant compiled in, the active one chosen at run time (device/mutants.hpp): the
+# kill table (tests/gpu/test_mutants_gpu.cpp, scripts/mutants.sh) runs them all on one build.
+k4_emulation_variant(k4_emu_mutants DEFINES K4_MUTANTS)
+# The kill table in CI: fails when a mutant survives that the registry does not argue
+# equivalent (or an argued one is killed); the table in <build>/mutants.md. CPU time on one
+# core: about 3 minutes.
+add_test(NAME k4_emu_mutants/kill-table COMMAND k4_emu_mutants -ts=gpu_mutants --no-colors=true)
+set_tests_properties(k4_emu_mutants/kill-table PROPERTIES LABELS "emulation;mutants" TIMEOUT 1500
+                     ENVIRONMENT "OMP_WAIT_POLICY=passive;K4_MUTANT_TABLE=${CMAKE_BINARY_DIR}/mutants.md")
 
 # ctest entries (label "emulation", in the README's test command and so in CI): every stage
 # on the tiny, small and full-size presets, TP 1 / 2 / 4; narrow (S < 5) and wide MoE; the

@@ -12,6 +12,7 @@
 //    owner sums recv[owner][0..W) and writes the bf16 sum into every rank's output.
 // Same bits either way (one sum, one order); tests/gpu shows it by forcing each form.
 // A thread an element of one destination (plain) or owner (ag_rs) rank: grid y.
+#include "device/mutants.hpp"
 #include "device/stages.hpp"
 #include "reference/numerics/bf16.hpp"
 
@@ -30,18 +31,18 @@ struct AllReduceBody {
       const size_t i = size_t(c.bx) * kThreads + t;
       if (i >= slice) return;
       const int row = int(i % size_t(a.hidden));
-      const int owner = (row / a.rows_per_task) % W;
+      const int owner = (row / a.rows_per_task + (K4_MUTANT_ON(38) ? 1 : 0)) % W;
       if (a.ag_rs && owner != rank) return;  // another rank's task
       const uint16_t* parts = a.recv + size_t(rank) * W * slice + i;  // recv[rank][src][i]
       float s = bf16_to_f32(parts[0]);
-      if (a.zero_start) s = 0.0f + s;  // the seed's t0 = 0.0; t0 = t0 + f0 (turns -0 into +0)
-      for (int src = 1; src < W; ++src) s = s + bf16_to_f32(parts[size_t(src) * slice]);
+      if (a.zero_start && !K4_MUTANT_ON(36)) s = 0.0f + s;  // the seed's t0 = 0.0; t0 = t0 + f0 (turns -0 into +0)
+      for (int src = 1; src < W; ++src) s = s + bf16_to_f32(parts[size_t(K4_MUTANT_ON(35) ? W - src : src) * slice]);
       const uint16_t sum = bf16_bits_rne(s);
       for (int dst = 0; dst < W; ++dst) {
         if (!a.ag_rs && dst != rank) continue;  // plain: each rank sums its own receive buffer
         a.out[size_t(dst) * slice + i] = sum;
         if (a.h_mid != nullptr)
-          a.h_mid[size_t(dst) * slice + i] = bf16_bits_rne(bf16_to_f32(sum) + bf16_to_f32(a.h_in[i]));
+          a.h_mid[size_t(dst) * slice + i] = bf16_bits_rne((K4_MUTANT_ON(37) ? s : bf16_to_f32(sum)) + bf16_to_f32(a.h_in[i]));
       }
     });
   }

@@ -18,6 +18,7 @@
 // Every launch covers all rows; a block whose row takes the other path returns at once.
 #include <climits>
 
+#include "device/mutants.hpp"
 #include "device/stages.hpp"
 #include "reference/numerics/keys.hpp"
 
@@ -30,7 +31,9 @@ constexpr int kCandBatch = 2;            // seed CAND_BATCH
 
 // Sort key of block b's score: reference/numerics/keys.hpp (index_key (seed:L312-L321)).
 K4_BODY int32_t index_key(const DevCfg& cfg, int b, float score, int n_blk) {
-  return index_key_bits(b, score, n_blk, cfg.init_blocks, cfg.local_blocks);
+  if (K4_MUTANT_ON(5) && is_nan(score) && b >= cfg.init_blocks && b < n_blk - cfg.local_blocks) return int32_t(f32_bits(score) & 0x7FFFFFFFu);
+  if (K4_MUTANT_ON(6) && f32_bits(score) == 0x80000000u && b >= cfg.init_blocks && b < n_blk - cfg.local_blocks) return -1;
+  return index_key_bits(b, score, n_blk, cfg.init_blocks + (K4_MUTANT_ON(4) ? 1 : 0), K4_MUTANT_ON(3) ? 0 : cfg.local_blocks);
 }
 
 struct RowInfo {
@@ -45,15 +48,15 @@ K4_BODY RowInfo row_info(const IndexArgs& a, int k) {
     const int ctx = a.seq_lens[r] > 1 ? a.seq_lens[r] : 1;
     return (ctx + sb - 1) / sb;
   };
-  const int last = (k / a.q_len) * a.q_len + a.q_len - 1;
+  const int last = K4_MUTANT_ON(10) ? k : (k / a.q_len) * a.q_len + a.q_len - 1;
   RowInfo r;
   r.ctx = a.seq_lens[k] > 1 ? a.seq_lens[k] : 1;
   r.n_blk = n_blk_of(k);
-  r.long_path = n_blk_of(last) > a.cfg.long_from_blocks;
+  r.long_path = n_blk_of(last) > a.cfg.long_from_blocks - (K4_MUTANT_ON(9) ? 1 : 0);
   return r;
 }
 
-K4_BODY bool beats(int32_t ah, int32_t al, int32_t bh, int32_t bl) { return ah > bh || (ah == bh && al > bl); }
+K4_BODY bool beats(int32_t ah, int32_t al, int32_t bh, int32_t bl) { return ah > bh || (ah == bh && (K4_MUTANT_ON(12) ? al < bl : al > bl)); }
 
 // One placed candidate (place (seed:L453-L475)): its slot's pages and block id.
 K4_BODY void place_one(const IndexArgs& a, int32_t* table, int32_t* blocks, int32_t key, int32_t bb, int rank,
@@ -62,7 +65,7 @@ K4_BODY void place_one(const IndexArgs& a, int32_t* table, int32_t* blocks, int3
   const int tail = n_blk - 1;
   const bool is_tail = bb == tail;
   const bool tail_first = kt > key || (kt == key && tail > bb);
-  const int slot = is_tail ? n_full : rank - (tail_first ? 1 : 0);
+  const int slot = is_tail && !K4_MUTANT_ON(2) ? n_full : rank - (tail_first ? 1 : 0);
   const int32_t page = bt_row[bb];
   for (int j = 0; j < cfg.ppb; ++j) table[slot * cfg.ppb + j] = page * cfg.kv_page_stride + j;
   blocks[slot] = bb;
@@ -71,7 +74,7 @@ K4_BODY void place_one(const IndexArgs& a, int32_t* table, int32_t* blocks, int3
 K4_BODY int32_t sparse_ctx(const DevCfg& cfg, bool tail_sel, int n_sel, int n_blk, int seq_len) {
   const int n_full = n_sel - (tail_sel ? 1 : 0), tail = n_blk - 1;
   const int capped = n_sel * cfg.sparse_block < seq_len ? n_sel * cfg.sparse_block : seq_len;
-  return tail_sel ? n_full * cfg.sparse_block + seq_len - tail * cfg.sparse_block : capped;
+  return tail_sel ? n_full * cfg.sparse_block + seq_len - tail * cfg.sparse_block - (K4_MUTANT_ON(8) ? 1 : 0) : capped;
 }
 
 K4_BODY void plant(int32_t* table, int rank, int k) {
@@ -102,7 +105,7 @@ struct ShortBody {
     });
     if (row.long_path) return;  // uniform over the block
     const int n_blk = row.n_blk, n_sel = n_blk < T ? n_blk : T, tail = n_blk - 1;
-    const bool scored = n_blk > T;  // scored (seed:L302) -- short contexts take id order
+    const bool scored = n_blk > T - (K4_MUTANT_ON(13) ? 1 : 0);  // scored (seed:L302) -- short contexts take id order
     const float* sc = a.scores + (size_t(r) * S + k) * a.score_width;  // rank r's own scores
     c.each(n_blk, [&](int b) {
       // a pinned block's slot holds no score: its key is forced, the word is not used
@@ -111,7 +114,7 @@ struct ShortBody {
     });
     c.each(n_blk, [&](int b) {
       int cnt = 0;
-      for (int j = 0; j < n_blk; ++j) cnt += key[j] > key[b] || (key[j] == key[b] && j > b);
+      for (int j = 0; j < n_blk; ++j) cnt += key[j] > key[b] || (key[j] == key[b] && (K4_MUTANT_ON(1) ? j < b : j > b));
       rank[b] = cnt;
     });
     const int32_t* bt_row = a.block_table + size_t(k) * a.bt_width;
@@ -121,7 +124,7 @@ struct ShortBody {
         place_one(a, table, blocks, key[b], b, rank[b], key[tail], n_blk, n_sel - (tail_sel ? 1 : 0), bt_row);
     });
     c.one([&] {
-      const int32_t n_ctx = sparse_ctx(cfg, rank[tail] < n_sel, n_sel, n_blk, row.ctx);
+      const int32_t n_ctx = sparse_ctx(cfg, rank[tail] < n_sel, n_sel, n_blk, K4_MUTANT_ON(7) ? a.seq_lens[k] : row.ctx);
       table[TW - 1] = n_ctx;
       a.n_ctx[size_t(r) * S + k] = n_ctx;
       plant(table, r, k);
@@ -204,7 +207,7 @@ K4_BODY void rank_cands(Ctx& c, Lanes a, Lanes b, Lanes tmp, const int32_t* cand
   c.each(kNetLanes, [&](int lane) {
     const int group = lane / 16, index = lane % 16;
     const int ai = (2 * group) * 16 + index;
-    const int bi = (2 * group + 1) * 16 + (16 - 1 - index);
+    const int bi = (2 * group + 1) * 16 + (K4_MUTANT_ON(11) ? index : 16 - 1 - index);
     a.k[lane] = cand_k[ai], a.b[lane] = cand_b[ai];
     b.k[lane] = cand_k[bi], b.b[lane] = cand_b[bi];
   });

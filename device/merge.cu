@@ -8,6 +8,7 @@
 //   x_scale = amax * f32(1/448); inv = amax == 0 ? 0 : rcp(x_scale); attn8 = E4M3(a * inv)
 //   (NoSaturate).
 // One block of 512 threads a token and rank, a thread 4 dims of one head (the seed's).
+#include "device/mutants.hpp"
 #include "device/stages.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/e4m3.hpp"
@@ -36,18 +37,18 @@ struct MergeBody {
       float gm = mv[h];  // gm (seed:L914-L916)
       for (int i = 1; i < NS; ++i) gm = fmax_ieee(gm, mv[i * H + h]);
       float sl[kMaxSplit];
-      for (int i = 0; i < NS; ++i) sl[i] = lv[i * H + h] * exp2_approx((mv[i * H + h] - gm) * kLog2e);
+      for (int i = 0; i < NS; ++i) sl[i] = lv[i * H + h] * exp2_approx((mv[i * H + h] - gm) * (K4_MUTANT_ON(30) ? 1.0f : kLog2e));
       float gs = sl[0];
       for (int i = 1; i < NS; ++i) gs = gs + sl[i];
-      gs = gs > 0.0f ? gs : 1.0f;  // gs (seed:L921)
+      gs = gs > 0.0f || K4_MUTANT_ON(28) ? gs : 1.0f;  // gs (seed:L921)
       float amax = 0.0f;
       for (int j = 0; j < per; ++j) {
         float acc = 0.0f;
-        for (int i = 0; i < NS; ++i) {
-          const float wi = sl[i] / gs;
-          acc = acc + wi * bf16_to_f32(a.o[(tk * NS + i) * OK + e0 + j]);
+        for (int i0 = 0, i; i0 < NS && (i = K4_MUTANT_ON(23) ? NS - 1 - i0 : i0, true); ++i0) {
+          const float wi = sl[i] / gs, oi = bf16_to_f32(a.o[(tk * NS + i) * OK + e0 + j]);
+          acc = K4_MUTANT_ON(24) ? fma_f32(wi, oi, acc) : K4_MUTANT_ON(25) ? acc + (sl[i] * oi) / gs : acc + wi * oi;
         }
-        av[e0 + j] = bf16_round(acc);  // bf16_round (seed:L933)
+        av[e0 + j] = K4_MUTANT_ON(29) ? bf16_to_f32(mut::bf16_bits_trunc(acc)) : bf16_round(acc);  // bf16_round (seed:L933)
         amax = j == 0 ? fabs_f32(av[e0]) : fmax_ieee(amax, fabs_f32(av[e0 + j]));
       }
       red[tid] = amax;
@@ -56,10 +57,10 @@ struct MergeBody {
       c.each(off, [&](int i) { red[i] = fmax_ieee(red[i], red[i + off]); });
     const float amax = red[0];
     const float x_scale = amax * kInvFp8Max;
-    const float inv = amax == 0.0f ? 0.0f : rcp_approx(x_scale);  // an all-zero row -> zeros
+    const float inv = amax == 0.0f && !K4_MUTANT_ON(26) ? 0.0f : rcp_approx(x_scale);  // an all-zero row -> zeros
     c.each(OK, [&](int i) {
       a.attn[tk * OK + i] = bf16_bits_rne(av[i]);
-      uint8_t q = e4m3_bits(av[i] * inv, Fp8Overflow::NoSaturate);
+      uint8_t q = e4m3_bits(av[i] * inv, K4_MUTANT_ON(27) ? Fp8Overflow::Saturate : Fp8Overflow::NoSaturate);
       if (kPlantStage == 2 && r == 0 && k == 0 && i == 0) q ^= 1;
       a.attn8[tk * OK + i] = q;
       if (i == 0) a.x_scale[tk] = canon_nan(x_scale);

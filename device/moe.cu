@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "device/mutants.hpp"
 #include "device/stages.hpp"
 #include "reference/numerics/keys.hpp"
 #include "reference/numerics/bf16.hpp"
@@ -89,14 +90,14 @@ struct RouteBody {
         pid[p] = 127 - (m & 127);
       }
       float w[4];
-      for (int p = 0; p < 4; ++p) w[p] = a.sig[tk * E + (pid[p] < E - 1 ? pid[p] : E - 1)];
-      const float tot = (w[0] + w[1]) + (w[2] + w[3]);  // butterfly (1, 2) over 4 lanes
+      for (int p = 0; p < 4; ++p) w[p] = K4_MUTANT_ON(52) ? mut::route_key_value(a.key[tk * E + (pid[p] < E - 1 ? pid[p] : E - 1)]) : a.sig[tk * E + (pid[p] < E - 1 ? pid[p] : E - 1)];
+      const float tot = K4_MUTANT_ON(55) ? ((w[0] + w[1]) + w[2]) + w[3] : (w[0] + w[1]) + (w[2] + w[3]);  // butterfly (1, 2) over 4 lanes
       for (int p = 0; p < 4; ++p) {
         a.ids[tk * SL + p] = pid[p];
-        a.weights[tk * SL + p] = canon_nan(w[p] * (cfg.route_scale / fmax_ieee(tot, 1e-20f)));
+        a.weights[tk * SL + p] = canon_nan(w[p] * (K4_MUTANT_ON(53) ? cfg.route_scale : cfg.route_scale / fmax_ieee(tot, K4_MUTANT_ON(56) ? 0.0f : 1e-20f)));
       }
       a.ids[tk * SL + cfg.top_k] = cfg.n_routed;  // the shared expert
-      a.weights[tk * SL + cfg.top_k] = cfg.shared_weight;
+      a.weights[tk * SL + cfg.top_k] = K4_MUTANT_ON(54) ? cfg.shared_weight * cfg.route_scale : cfg.shared_weight;
     });
   }
 };
@@ -187,7 +188,7 @@ struct UpGateBody {
       // thread (row, gate/up, wave): its chain over the wave's blocks for the pass's tokens
       c.each(kUgRows * 2 * cfg.waves, [&](int i) {
         const int rr = i % kUgRows, gu = (i / kUgRows) % 2, w = i / (2 * kUgRows);
-        const size_t wrow = size_t(gu * I + rg * kUgRows + rr);
+        const size_t wrow = size_t((K4_MUTANT_ON(58) ? 1 - gu : gu) * I + rg * kUgRows + rr);
         const uint8_t* wp = w13 + wrow * (HID / 2);
         const uint8_t* sp = s13 + wrow * KB;
         float acc[kUgBatch];
@@ -198,8 +199,9 @@ struct UpGateBody {
           const uint8_t sa = sp[b];
           for (int u = 0; u < kUgBatch; ++u) {
             if (u >= nb) break;
-            acc[u] = acc[u] + scale_block(block_dot_ints(wi, xi + size_t(u) * HID + b * kBlockK, xnan[u * KB + b] != 0, 10),
+            const float blk = scale_block(block_dot_ints(wi, xi + size_t(u) * HID + b * kBlockK, xnan[u * KB + b] != 0 && !K4_MUTANT_ON(75), 10),
                                           sa, xs[u * KB + b]);
+            acc[u] = acc[u] + (K4_MUTANT_ON(59) ? mut::ftz(blk) : blk);
           }
         }
         for (int u = 0; u < nb; ++u) chains[((u * kUgRows + rr) * 2 + gu) * cfg.waves + w] = acc[u];
@@ -208,19 +210,21 @@ struct UpGateBody {
         const int u = i / kUgRows, rr = i % kUgRows, ks = uses[u0 + u];
         const float* ch = chains + (u * kUgRows + rr) * 2 * cfg.waves;
         float g = 0.0f, up = 0.0f;  // gsum = 0.0; gsum = gsum + wave partial, waves in order
-        for (int w = 0; w < cfg.waves; ++w) g = g + ch[w];
+        for (int w = 0; w < cfg.waves; ++w) g = g + ch[K4_MUTANT_ON(57) ? cfg.waves - 1 - w : w];
         for (int w = 0; w < cfg.waves; ++w) up = up + ch[cfg.waves + w];
         const size_t o = (size_t(r) * S * SL + ks) * I + rg * kUgRows + rr;
         a.gate[o] = canon_nan(g);
         a.up[o] = canon_nan(up);
-        const uint16_t m = bf16_bits_rne(swiglu(g, up, cfg.swiglu_limit));
+        const int sw = K4_MUTANT_ON(60) ? 0 : K4_MUTANT_ON(61) ? 1 : K4_MUTANT_ON(62) ? 2 : K4_MUTANT_ON(63) ? 3 : -1;
+        const float y = sw >= 0 ? mut::swiglu_wrong(sw, g, up, cfg.swiglu_limit) : swiglu(g, up, cfg.swiglu_limit);
+        const uint16_t m = K4_MUTANT_ON(64) ? mut::bf16_bits_trunc(y) : bf16_bits_rne(y);
         a.mid[o] = m;
         midv[i] = bf16_to_f32(m);
       });
       c.each(nb, [&](int u) {  // mid -> MXFP8, the slot's 32-block rg
         const int ks = uses[u0 + u];
         uint8_t q[kBlockK];
-        const uint8_t sc = mx8_quantize_block(midv + u * kUgRows, q);
+        const uint8_t sc = mut::mx8_block(K4_MUTANT_ON(65), K4_MUTANT_ON(66), midv + u * kUgRows, q);
         const size_t o = (size_t(r) * S * SL + ks) * I + rg * kUgRows;
         for (int j = 0; j < kBlockK; ++j) a.mid8[o + j] = q[j];
         a.midsc[(size_t(r) * S * SL + ks) * (I / kBlockK) + rg] = sc;
@@ -237,7 +241,7 @@ constexpr int kDnRows = 32, kQuarters = 4, kTokenGroups = 4;
 K4_BODY float down_unit(const uint8_t* wrow, const uint8_t* srow, int kc, const uint8_t* mid8, const uint8_t* midsc,
                         const int32_t* dec, const int32_t* fp4) {
   float c = 0.0f;
-  for (int b = kc * 4; b < kc * 4 + 4; ++b) {
+  for (int b0 = kc * 4, b; b0 < kc * 4 + 4 && (b = K4_MUTANT_ON(74) ? 8 * kc + 3 - b0 : b0, true); ++b0) {
     if (mid8 == nullptr) {
       c = c + scale_block(0.0f, srow[b], 0);  // block_dot of a zero row is +0
       continue;
@@ -245,7 +249,7 @@ K4_BODY float down_unit(const uint8_t* wrow, const uint8_t* srow, int kc, const 
     int32_t wi[kBlockK], mi[kBlockK];
     decode_fp4_block(wi, load16(wrow + size_t(b) * 16), fp4);
     const bool mnan = decode_fp8_block(mi, mid8 + size_t(b) * kBlockK, dec);
-    c = c + scale_block(block_dot_ints(wi, mi, mnan, 10), srow[b], midsc[b]);
+    c = c + scale_block(block_dot_ints(wi, mi, mnan && !K4_MUTANT_ON(76), 10), srow[b], midsc[b]);
   }
   return c;
 }
@@ -257,7 +261,7 @@ struct DownBody {
     const DevCfg& cfg = a.cfg;
     const int task = c.bx, r = c.by, S = a.tokens, HID = cfg.hidden, I = cfg.inter, SL = cfg.moe_slots;
     const int KC = I / 128, IB = I / kBlockK, top_k = cfg.top_k, shared = cfg.n_routed;
-    const bool wide = S >= cfg.wide_from;
+    const bool wide = S >= cfg.wide_from + (K4_MUTANT_ON(71) ? 1 : K4_MUTANT_ON(72) ? -1 : 0);
     const int u_max = top_k * S + 1;
     SmemCarver cv{smem};
     float* part = cv.take<float>(size_t(S) * kDnRows * kQuarters * 2);  // (S, 32, 4) routed, then shared
@@ -291,7 +295,7 @@ struct DownBody {
       });
       c.one([&] {
         int nu = 0;
-        for (int e = 0; e < cfg.n_experts; ++e)
+        for (int e0 = 0, e; e0 < cfg.n_experts && (e = K4_MUTANT_ON(73) ? cfg.n_experts - 1 - e0 : e0, true); ++e0)
           if (used_e[e]) uexp[nu++] = e;
         uexp[nu] = shared;
         uexp[kMaxTokens * 4 + 1] = nu;
@@ -336,14 +340,14 @@ struct DownBody {
             const float wgt = j < dn_units ? wts[k * SL + jj / KC] : 0.0f;
             acc = acc + unit(jj / KC, jj % KC) * wgt;
           }
-          float sh = 0.0f;
+          float sh = K4_MUTANT_ON(70) ? acc : 0.0f;
           for (int it = 0; it < sh_upw; ++it) {  // the shared expert's chunks, clamped
             const int j = q + 4 * it;
             const float wgt = j < KC ? cfg.shared_weight : 0.0f;
-            sh = sh + unit(top_k, j < KC - 1 ? j : KC - 1) * wgt;
+            if (!(K4_MUTANT_ON(68) && j >= KC)) sh = sh + unit(top_k, j < KC - 1 ? j : KC - 1) * wgt;
           }
-          pk[q] = acc;
-          pk[kQuarters + q] = sh;
+          pk[q] = K4_MUTANT_ON(70) ? sh : acc;
+          pk[kQuarters + q] = K4_MUTANT_ON(70) ? 0.0f : sh;
         } else {
           const int nu = uexp[kMaxTokens * 4 + 1], n_units = (nu + 1) * KC, dn_witers = (u_max * KC + 3) / 4;
           float acc = 0.0f;
@@ -354,7 +358,7 @@ struct DownBody {
               const int du = j / KC < u_max - 1 ? j / KC : u_max - 1, dkc = j % KC;
               const int slot = slot_for[k * u_max + du];
               if (slot >= 0) term = unit(slot, dkc) * wts[k * SL + slot];
-              else term = znan[(du * kDnRows + rr) * KC + dkc] ? f32_from_bits(kCanonicalNan) : 0.0f;  // zero row x 0
+              else term = znan[(du * kDnRows + rr) * KC + dkc] && !K4_MUTANT_ON(67) ? f32_from_bits(kCanonicalNan) : 0.0f;  // zero row x 0
             }
             acc = acc + term;
           }
@@ -366,8 +370,8 @@ struct DownBody {
       const int rr = i % kDnRows, k = i / kDnRows, row = task * kDnRows + rr;
       const float* pk = part + (size_t(k) * kDnRows + rr) * kQuarters * 2;
       float tot = 0.0f;
-      for (int q = 0; q < kQuarters; ++q) tot = tot + pk[q];
-      if (!wide)
+      for (int q = 0; q < kQuarters; ++q) tot = K4_MUTANT_ON(69) && !wide ? (tot + pk[q]) + pk[kQuarters + q] : tot + pk[q];
+      if (!wide && !K4_MUTANT_ON(69))
         for (int q = 0; q < kQuarters; ++q) tot = tot + pk[kQuarters + q];
       uint16_t p = bf16_bits_rne(tot);
       if (kPlantStage == 5 && r == 0 && k == 0 && row == 0) p ^= 1;

@@ -9,6 +9,7 @@
 // One block of 512 threads a 32-row task (O_ROWS) and rank: every token's fp8 input staged in
 // shared memory once; thread (row, quarter, token group of 4) decodes each weight block once
 // for its tokens; the quarter chains meet in shared memory, summed in quarter order.
+#include "device/mutants.hpp"
 #include "device/stages.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/e4m3.hpp"
@@ -42,7 +43,7 @@ struct OprojBody {
       const uint8_t* wrow = w_rank + size_t(task * kRows + rr) * OK + q * quarter;
       float acc[kMaxTokens / kTokenGroups];
       for (int j = 0; j < kMaxTokens / kTokenGroups; ++j) acc[j] = 0.0f;
-      for (int b = 0; b < blocks_q; ++b) {
+      for (int b0 = 0, b; b0 < blocks_q && (b = K4_MUTANT_ON(33) ? blocks_q - 1 - b0 : b0, true); ++b0) {
         const Bytes16 w0 = load16(wrow + b * kBlockK), w1 = load16(wrow + b * kBlockK + 16);
         int32_t wi[kBlockK];
         bool wnan = false;
@@ -57,7 +58,7 @@ struct OprojBody {
           int32_t xi[kBlockK];
           bool xnan = false;
           for (int e = 0; e < kBlockK; ++e) xi[e] = dec[xb[e]], xnan |= e4m3_is_nan(xb[e]);
-          acc[j] = acc[j] + block_dot_ints(wi, xi, wnan || xnan, 18);
+          acc[j] = acc[j] + block_dot_ints(wi, xi, (wnan && !K4_MUTANT_ON(34)) || xnan, 18);
         }
       }
       for (int j = 0; j < kMaxTokens / kTokenGroups; ++j) {
@@ -68,8 +69,9 @@ struct OprojBody {
     c.each(S * kRows, [&](int i) {
       const int rr = i % kRows, k = i / kRows, row = task * kRows + rr;
       float tot = 0.0f;  // grp (seed:L1073-L1080): the 4 waves of the row group, from 0
-      for (int q = 0; q < kQuarters; ++q) tot = tot + part[(size_t(k) * kRows + rr) * kQuarters + q];
-      uint16_t p = bf16_bits_rne((tot * a.x_scale[size_t(r) * S + k]) * a.s_o[size_t(r) * HID + row]);
+      for (int q = 0; q < kQuarters; ++q) tot = tot + part[(size_t(k) * kRows + rr) * kQuarters + (K4_MUTANT_ON(31) ? kQuarters - 1 - q : q)];
+      const float xs = a.x_scale[size_t(r) * S + k], so = a.s_o[size_t(r) * HID + row];
+      uint16_t p = bf16_bits_rne(K4_MUTANT_ON(32) ? tot * (xs * so) : (tot * xs) * so);
       if (kPlantStage == 3 && r == 0 && k == 0 && row == 0) p ^= 1;
       a.partial[(size_t(r) * S + k) * HID + row] = p;
       push_partial(a.recv, p, r, k, row, S, HID, a.ranks, kRows, a.ag_rs);

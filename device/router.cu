@@ -12,6 +12,7 @@
 // Kernels: the norm (one block a token and rank, 512 threads: the seed's thread -> element
 // map) and the logits (one block a token, 8 experts and rank: wave w's 64 lanes expert
 // 8 t + w, the lane values meeting in shared memory for the 64-lane tree).
+#include "device/mutants.hpp"
 #include "device/stages.hpp"
 #include "reference/numerics/keys.hpp"
 #include "reference/numerics/bf16.hpp"
@@ -40,27 +41,27 @@ struct NormBody {
     });
     c.each(T, [&](int t) {
       float ssw = 0.0f;
-      for (int e = 0; e < re; ++e) ssw = fma_f32(v[t * re + e], v[t * re + e], ssw);  // the seed's fmath.fma
+      for (int e = 0; e < re; ++e) ssw = K4_MUTANT_ON(41) ? ssw + v[t * re + e] * v[t * re + e] : fma_f32(v[t * re + e], v[t * re + e], ssw);  // the seed's fmath.fma
       lanes[t] = ssw;
     });
     c.each(cfg.waves, [&](int w) { red[w] = wave_sum(lanes + w * kWaveLanes); });
     c.one([&] {
       float ss = red[0];  // ss = red[0]; ss = ss + red[w]
-      for (int w = 1; w < cfg.waves; ++w) ss = ss + red[w];
-      const float rstd = rsq_approx(ss / float(HID) + cfg.eps);
+      for (int w = 1; w < cfg.waves; ++w) ss = ss + red[K4_MUTANT_ON(42) ? cfg.waves - w : w];
+      const float rstd = rsq_approx(K4_MUTANT_ON(43) ? (ss + cfg.eps) / float(HID) : ss / float(HID) + cfg.eps);
       red[cfg.waves] = rstd;
       a.rstd[tk] = canon_nan(rstd);
     });
     const float rstd = red[cfg.waves];
     const uint16_t* g = a.g_post + size_t(r) * HID;
     c.each(HID, [&](int i) {
-      const uint16_t x = bf16_bits_rne((v[i] * rstd) * (bf16_to_f32(g[i]) + 1.0f));
+      const uint16_t x = bf16_bits_rne((v[i] * rstd) * (K4_MUTANT_ON(40) ? bf16_to_f32(g[i]) : bf16_to_f32(g[i]) + 1.0f));
       a.xn[tk * HID + i] = x;
       v[i] = bf16_to_f32(x);  // each item reads and writes its own element only
     });
     c.each(HID / kBlockK, [&](int b) {  // MXFP8 xn (XN_SLICE (seed:L1419-L1442))
       uint8_t q[kBlockK];
-      const uint8_t e = mx8_quantize_block(v + b * kBlockK, q);
+      const uint8_t e = mut::mx8_block(K4_MUTANT_ON(47), K4_MUTANT_ON(48), v + b * kBlockK, q);
       if (kPlantStage == 4 && r == 0 && k == 0 && b == 0) q[0] ^= 1;
       for (int i = 0; i < kBlockK; ++i) a.xn8[tk * HID + b * kBlockK + i] = q[i];
       a.xsc[tk * (HID / kBlockK) + b] = e;
@@ -90,18 +91,19 @@ struct LogitBody {
           uint32_t gp, xp;
           __builtin_memcpy(&gp, gw.b + 4 * j, 4);
           __builtin_memcpy(&xp, xv.b + 4 * j, 4);
-          acc[j] = fdot2_bf16(gp, xp, acc[j]);
+          acc[j] = K4_MUTANT_ON(45) ? mut::fdot2_hi_first(gp, xp, acc[j]) : fdot2_bf16(gp, xp, acc[j]);
         }
       }
-      lanes[t] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+      lanes[t] = K4_MUTANT_ON(46) ? ((acc[0] + acc[1]) + acc[2]) + acc[3] : (acc[0] + acc[1]) + (acc[2] + acc[3]);
     });
     c.each(per_task, [&](int w) {
       const int e = task * per_task + w;
       const float logit = wave_sum(lanes + w * kWaveLanes);
-      const float sc = rcp_approx(1.0f + exp2_approx(-bf16_round(logit) * kLog2e));  // hw_rcp (seed:L1465)
+      const float sc = rcp_approx(1.0f + exp2_approx(-(K4_MUTANT_ON(44) ? logit : bf16_round(logit)) * kLog2e));  // hw_rcp (seed:L1465)
       a.logit[tk * E + e] = canon_nan(logit);
       a.sig[tk * E + e] = canon_nan(sc);
-      a.key[tk * E + e] = route_key(sc + a.bias[size_t(r) * E + e], e);
+      const float biased = K4_MUTANT_ON(49) ? sigmoid_approx(bf16_round(logit) + a.bias[size_t(r) * E + e]) : sc + a.bias[size_t(r) * E + e];
+      a.key[tk * E + e] = K4_MUTANT_ON(50) ? mut::route_key_ties_high(biased, e) : K4_MUTANT_ON(51) ? mut::route_key_raw_nan(biased, e) : route_key(biased, e);
     });
   }
 };

@@ -17,6 +17,7 @@
 #include <utility>
 #include <variant>
 
+#include "device/mutants.hpp"
 #include "device/stages.hpp"
 #include "device/weight_layout.hpp"
 #include "golden/format/tensors.hpp"
@@ -188,7 +189,7 @@ struct Runner::Impl {
     validate_inputs(in, cfg);
     const StepShared& sh = in.shared;
     S = sh.tokens, q_len = sh.q_len, bt_width = sh.bt_width, score_width = sh.score_width;
-    ag = opt.ar_form < 0 ? (cfg.ag_rs(S) ? 1 : 0) : (opt.ar_form != 0 ? 1 : 0);
+    ag = opt.ar_form < 0 ? (cfg.ag_rs(S + (K4_MUTANT_ON(39) ? 1 : 0)) ? 1 : 0) : (opt.ar_form != 0 ? 1 : 0);
     upload(seq_lens, sh.seq_lens), upload(block_table, sh.block_table);
     upload(h_in, sh.h_in);
     int max_pages = 1;
@@ -476,7 +477,16 @@ double median_of(std::vector<double> v) {
 }  // namespace
 #endif
 
-Runner::Runner(const LayerWeights& w) : impl_(std::make_unique<Impl>(w)) {}
+// K4_MUTANT in the environment picks a K4_MUTANTS build's first active mutant (read when the
+// first Runner is made, after every unit has registered its setter).
+Runner::Runner(const LayerWeights& w) : impl_(std::make_unique<Impl>(w)) {
+  static const bool env_read = [] {
+    const char* e = std::getenv("K4_MUTANT");
+    if (e != nullptr && mutants_switchable()) set_mutant(std::atoi(e));
+    return true;
+  }();
+  (void)env_read;
+}
 Runner::~Runner() = default;
 
 StepResult Runner::run_step(const StepInputs& in, const RunOptions& opt) {
@@ -877,5 +887,40 @@ std::string device_name() {
 }
 
 int planted_stage() { return kPlantStage; }
+
+// ------------------------------------------------------------------------------ mutants
+namespace {
+std::vector<MutantSetter>& mutant_setters() {
+  static std::vector<MutantSetter> v;
+  return v;
+}
+}  // namespace
+
+void register_mutant_setter(MutantSetter f) { mutant_setters().push_back(f); }
+
+bool mutants_switchable() {
+#if defined(K4_MUTANTS)
+  return true;
+#else
+  return false;
+#endif
+}
+
+int compiled_mutant() {
+#if defined(K4_MUTANT)
+  return K4_MUTANT;
+#else
+  return 0;
+#endif
+}
+
+void set_mutant(int id) {
+  if (!mutants_switchable()) {
+    if (id != compiled_mutant()) throw std::logic_error("set_mutant: this build's kernels are not a K4_MUTANTS build");
+    return;
+  }
+  g_mutant_host = id;
+  for (MutantSetter f : mutant_setters()) f(id);
+}
 
 }  // namespace k4::gpu

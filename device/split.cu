@@ -18,6 +18,7 @@
 // PV + output (a thread a dim and 4 heads: its V column decoded once for the 4). K and V
 // are read straight from the pages as 16-byte loads (consecutive keys / dims: consecutive
 // 16 bytes); keys past n_ctx are not read at all.
+#include "device/mutants.hpp"
 #include "device/stages.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/butterfly.hpp"
@@ -93,7 +94,7 @@ struct SplitBody {
 
     // q -> E4M3, no clamp (fp8_pack4 (seed:L743)); the partition's 16 pages (slots 2t, 2t + 1)
     c.each(OK, [&](int i) {
-      const uint8_t b = e4m3_bits(bf16_to_f32(q[i]), Fp8Overflow::NoSaturate);
+      const uint8_t b = e4m3_bits(bf16_to_f32(q[i]), K4_MUTANT_ON(14) ? Fp8Overflow::Saturate : Fp8Overflow::NoSaturate);
       m.q8[i] = b;
       m.q_int[i] = e4m3_to_int_x512(b);
       if (t == 0) a.q8[(size_t(r) * S + tok) * OK + i] = b;
@@ -107,7 +108,7 @@ struct SplitBody {
     c.each(kHeads * kChunks + kSplitKeys, [&](int i) {
       if (i >= kHeads * kChunks) {
         const int kp = i - kHeads * kChunks;
-        m.vs[kp] = valid(kp) ? vscale(kp) : 0.0f;
+        m.vs[kp] = valid(kp) || K4_MUTANT_ON(17) ? vscale(kp) : 0.0f;
         return;
       }
       bool nan = false;
@@ -122,7 +123,7 @@ struct SplitBody {
       float acc[8];
       for (int h = 0; h < 8; ++h) acc[h] = 0.0f;
       const uint8_t* kpage = kc + size_t(m.pages[kp / kPage]) * kPageBytes;
-      for (int s = 0; s < kChunks; ++s) {
+      for (int s0 = 0, s; s0 < kChunks && (s = K4_MUTANT_ON(18) ? kChunks - 1 - s0 : s0, true); ++s0) {
         uint8_t kb[kBlockK];
         for (int half = 0; half < 2; ++half) {  // dims 32 s + 16 half .. + 16: bytes (d / 16) * 256 + t * 16
           Bytes16 v{};
@@ -138,7 +139,7 @@ struct SplitBody {
         }
       }
       const float qk = ok ? cfg.sm_scale * kscale(kp) : 0.0f;
-      for (int h = 0; h < 8; ++h) m.sc[(hg * 8 + h) * kSplitKeys + kp] = ok ? qk * acc[h] : kNegScore;
+      for (int h = 0; h < 8; ++h) m.sc[(hg * 8 + h) * kSplitKeys + kp] = ok || K4_MUTANT_ON(15) ? qk * acc[h] : kNegScore;
     });
 
     // maxima, vloc (seed:L767-L792): head max per wave (16-lane tree) and v_scale max per wave
@@ -170,7 +171,7 @@ struct SplitBody {
         float vmax = m.misc[4];
         for (int w = 1; w < kWaves; ++w) vmax = fmax_ieee(vmax, m.misc[4 + w]);
         m.misc[0] = vmax;
-        m.misc[1] = kFp8Max * rcp_approx(vmax + 1e-8f);  // fscale
+        m.misc[1] = kFp8Max * rcp_approx(vmax + (K4_MUTANT_ON(22) ? 0.0f : 1e-8f));  // fscale
         m.misc[2] = vmax * kInvFp8Max;                   // pscale
       }
     });
@@ -185,7 +186,7 @@ struct SplitBody {
         const int kp = w * kWaveKeys + j * kPage + l16;
         const float pj = exp2_approx((m.sc[h * kSplitKeys + kp] - m.mx[h]) * kLog2e);
         acc = acc + pj;
-        const uint8_t b = e4m3_bits((m.vs[kp] * fscale) * pj, Fp8Overflow::NoSaturate);
+        const uint8_t b = e4m3_bits(K4_MUTANT_ON(21) ? m.vs[kp] * (fscale * pj) : (m.vs[kp] * fscale) * pj, Fp8Overflow::NoSaturate);
         m.p8[h * kSplitKeys + kp] = b;
         m.p_int[h * kSplitKeys + kp] = e4m3_to_int_x512(b);
       }
@@ -211,7 +212,7 @@ struct SplitBody {
           const int kp0 = w * kWaveKeys + half * kPage;
           Bytes16 v{};
           if (valid(kp0)) v = load16(vc + size_t(m.pages[kp0 / kPage]) * kPageBytes + size_t(d) * 16);
-          for (int j = 0; j < 16; ++j) vb[16 * half + j] = valid(kp0 + j) ? v.b[j] : uint8_t(0);
+          for (int j = 0; j < 16; ++j) vb[16 * half + j] = valid(kp0 + j) || K4_MUTANT_ON(16) ? v.b[j] : uint8_t(0);
         }
         int32_t vi[kBlockK];
         const bool vnan = decode_e4m3_block(vi, vb);
@@ -225,8 +226,8 @@ struct SplitBody {
       for (int h = 0; h < 4; ++h) {
         const int hh = hg * 4 + h;
         float lsum = m.ls[hh];
-        for (int w = 1; w < kWaves; ++w) lsum = lsum + m.ls[w * kHeads + hh];
-        const float inv_l = 1.0f / (lsum > 0.0f ? lsum : 1.0f);
+        for (int w = 1; w < kWaves; ++w) lsum = lsum + m.ls[(K4_MUTANT_ON(19) ? kWaves - w : w) * kHeads + hh];
+        const float inv_l = 1.0f / (lsum > 0.0f || K4_MUTANT_ON(20) ? lsum : 1.0f);
         uint16_t ob = bf16_bits_rne((pscale * acc[h]) * inv_l);
         if (kPlantStage == 1 && r == 0 && ts == 0 && hh == 0 && d == 0) ob ^= 1;
         a.o[(size_t(r) * S * NS + ts) * OK + hh * kHeadDim + d] = ob;

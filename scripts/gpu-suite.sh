@@ -6,9 +6,13 @@
 #                                  planted variants (K4_PLANT_STAGE=0..5: stage N's kernel flips
 #                                  one bit of its output), all copied, stripped, into
 #                                  build-cuda-suite/ (ignored; ~20 MB: carry it)
+#                                  and k4_gpu_tests_mutants (every kernel mutant of device/mutants.hpp
+#                                  compiled in, chosen at run time)
 #   scripts/gpu-suite.sh run       ON THE GPU MACHINE, from the repository root:
 #                                  everything below, logs and a summary under $OUT (or out/);
 #                                  K4_FAST=1: stage 5 on the tensor-core kernels (moe_fast.cu)
+#   scripts/gpu-suite.sh mutants   ON THE GPU MACHINE: the kill table (k4_gpu_tests_mutants
+#                                  -ts=gpu_mutants): $OUT/mutants-gpu.md, mutants.log, summary.txt
 #   scripts/gpu-suite.sh emulate [doctest args]
 #                                  HERE: the kernels' host emulation (no GPU; the CMake target
 #                                  k4_emu_tests), then ctest -L emulation or the doctest
@@ -16,6 +20,7 @@
 #
 # The device tool (2000 characters, 10 minutes a command):
 #   run(command="scripts/gpu-suite.sh run", carry=["build-cuda-suite"], timeout_s=600)
+#   run(command="scripts/gpu-suite.sh mutants", carry=["build-cuda-suite"], timeout_s=600)
 #
 # What `run` does, each step with its own time limit so that the whole ends in ~8 minutes:
 #   0. k4_gpu_tests -tc="plant probe"       one step through every stage; on failure: memcheck
@@ -41,7 +46,7 @@ mode=${1:-}
 # ------------------------------------------------------------------------------ build
 build() {
   set -e
-  scripts/build-device.sh k4_gpu_tests k4_device k4
+  scripts/build-device.sh k4_gpu_tests k4_device k4 k4_gpu_tests_mutants
   local nvcc=${K4_NVCC:-/usr/local/cuda/bin/nvcc} arch=${K4_CUDA_ARCH:-90}
   local obj=$suite/obj
   mkdir -p "$suite/plant" "$obj"
@@ -85,9 +90,9 @@ build() {
     echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- device tests/gpu scripts/gpu-suite.sh 2>/dev/null || echo ' (+ uncommitted changes)')"
     echo "built $(date -u +%FT%TZ) on $(uname -n) with $("$nvcc" --version | tail -1)"
   } >"$suite/BUILD_INFO"
-  cp build-cuda/k4_gpu_tests build-cuda/k4_device build-cuda/k4 "$suite/"
+  cp build-cuda/k4_gpu_tests build-cuda/k4_device build-cuda/k4 build-cuda/k4_gpu_tests_mutants "$suite/"
   # keep the H5* symbols: the crash guard finds the statically linked libhdf5 by them
-  strip -w --keep-symbol='H5*' "$suite/k4_gpu_tests" "$suite/k4_device" "$suite/k4"
+  strip -w --keep-symbol='H5*' "$suite/k4_gpu_tests" "$suite/k4_device" "$suite/k4" "$suite/k4_gpu_tests_mutants"
   rm -rf "$obj"
   du -sh "$suite"
   ls -l "$suite" "$suite/plant"
@@ -236,6 +241,24 @@ run() {
   return $status
 }
 
+# ------------------------------------------------------------------------- mutants
+# The kill table on the GPU: every kernel mutant (device/mutants.hpp) against the kill cases
+# (tests/gpu/test_mutants_gpu.cpp), each stopped at its first killing case; the table as
+# markdown in $OUT/mutants-gpu.md (docs/gpu-verification.md "Mutants" takes its GPU column).
+mutants() {
+  local out=${OUT:-out}
+  mkdir -p "$out"
+  local sum=$out/summary.txt rc
+  cat "$suite/BUILD_INFO" >"$sum" 2>/dev/null
+  local t0=$SECONDS
+  K4_MUTANT_TABLE=$out/mutants-gpu.md timeout 560 "$suite/k4_gpu_tests_mutants" -ts=gpu_mutants --no-colors=true \
+    >"$out/mutants.log" 2>&1
+  rc=$?
+  grep -E "^gpu_mutants:|^Kill table|test cases:|assertions:|Status" "$out/mutants.log" >>"$sum"
+  echo "gpu-suite mutants: rc=$rc ($((SECONDS - t0)) s)" | tee -a "$sum"
+  return $rc
+}
+
 # ------------------------------------------------------------------------- emulate
 # The kernels' host emulation (cmake/K4Emulation.cmake: device/*.cu compiled as C++ with
 # K4_HOST_EMULATION, block bodies run item by item on the CPU): the CMake target k4_emu_tests
@@ -259,6 +282,7 @@ emulate() {
 case $mode in
   build) build ;;
   run) run ;;
+  mutants) mutants ;;
   emulate) emulate "$@" ;;
-  *) echo "usage: scripts/gpu-suite.sh build|run|emulate [doctest args]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu-suite.sh build|run|mutants|emulate [doctest args]" >&2; exit 2 ;;
 esac

@@ -165,7 +165,7 @@ const std::vector<ScenarioKey>& scenario_keys() {
      "NaN K / V codes and NaN / Inf scales where no row reads, -0 where rows read", K(inject.special_kv)},
     {"special_weights", true, "--special-weights", KK::Flag, false,
      "-0, +-Inf and NaN in the weights where their effect is contained", K(inject.special_weights)},
-    {"nan_weight", true, "--nan-weight", KK::Text, false, "one NaN in w_o, s_o, g_post or w_gate", K(inject.nan_weight)},
+    {"nan_weight", true, "--nan-weight", KK::Text, false, "one NaN in w_o, s_o, g_post or w_gate; s2: a NaN s2 scale in every routed expert (row 16e + 7)", K(inject.nan_weight)},
     {"zero_attn_rows", true, "--zero-attn-rows", KK::Rows, false,
      "comma-separated rows whose keys get v_scale 0 (attention 0)", K(inject.zero_attn_rows)},
     {"nan_kv_rows", true, "--nan-kv-rows", KK::Rows, false,
@@ -401,8 +401,8 @@ void validate_scenario(const Scenario& s, const Config& cfg, const std::string& 
   if (x.repeated_expert < -2 || x.repeated_expert >= cfg.n_routed)
     bad(w, "repeated_expert " + std::to_string(x.repeated_expert) + " is outside 0.." + std::to_string(cfg.n_routed - 1));
   if (!x.nan_weight.empty() && x.nan_weight != "w_o" && x.nan_weight != "s_o" && x.nan_weight != "g_post" &&
-      x.nan_weight != "w_gate")
-    bad(w, "nan_weight '" + x.nan_weight + "' is none of w_o, s_o, g_post, w_gate");
+      x.nan_weight != "w_gate" && x.nan_weight != "s2")
+    bad(w, "nan_weight '" + x.nan_weight + "' is none of w_o, s_o, g_post, w_gate, s2");
   for (int r : x.zero_attn_rows)
     if (r < 0 || r >= s.tokens) bad(w, "zero_attn_row " + std::to_string(r) + " is outside 0.." + std::to_string(s.tokens - 1));
   for (int r : x.nan_kv_rows)
@@ -749,7 +749,26 @@ class InjectedExperts : public ExpertSource {
   Config cfg_;
 };
 
+// nan_weight "s2": every routed expert e a NaN s2 scale at hidden row nan_s2_row(e), block 0.
+class NanS2Experts : public ExpertSource {
+ public:
+  NanS2Experts(std::shared_ptr<const ExpertSource> base, const Config& cfg) : base_(std::move(base)), cfg_(cfg) {}
+  std::shared_ptr<const ExpertWeights> expert(int rank, int e) const override {
+    std::shared_ptr<const ExpertWeights> w = base_->expert(rank, e);
+    if (e >= cfg_.n_routed) return w;  // the shared expert stays finite
+    auto x = std::make_shared<ExpertWeights>(*w);
+    x->s2[size_t(nan_s2_row(cfg_, e)) * size_t(cfg_.inter / 32)] = 0xFF;
+    return x;
+  }
+
+ private:
+  std::shared_ptr<const ExpertSource> base_;
+  Config cfg_;
+};
+
 }  // namespace
+
+int nan_s2_row(const Config& cfg, int e) { return (16 * e + 7) % cfg.hidden; }
 
 void apply_weight_injections(LayerWeights& w, const Scenario& s) {
   const Injections& x = s.inject;
@@ -778,6 +797,7 @@ void apply_weight_injections(LayerWeights& w, const Scenario& s) {
     w.experts = std::make_shared<InjectedExperts>(w.experts, c);
   }
   if (x.nan_weight == "w_o") w.ranks[0].w_o[size_t(5) * OK + 9] = 0x7F;
+  if (x.nan_weight == "s2") w.experts = std::make_shared<NanS2Experts>(w.experts, c);
   for (RankWeights& r : w.ranks) {
     if (x.nan_weight == "s_o") r.s_o[5] = std::numeric_limits<float>::quiet_NaN();
     if (x.nan_weight == "g_post") r.g_post[9] = 0x7FC0;

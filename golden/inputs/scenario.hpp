@@ -71,7 +71,10 @@ struct Injections {
   // every token's FFN partial is NaN), an s13 byte 0, -0 E2M1 nibbles.
   bool special_weights = false;
   // One NaN in "w_o" (rank 0), "s_o", "g_post" or "w_gate" (expert 2): what it poisons is
-  // the contract's (docs/reliability.md).
+  // the contract's (docs/reliability.md). "s2": every routed expert e a NaN s2 scale byte
+  // (0xFF) at hidden row nan_s2_row(e) = (16 e + 7) % hidden, block 0: in a wide step (R5.13,
+  // R5.14) that row is NaN for every token, also for those not routed to e (their zero mid
+  // row times the NaN scale); in a narrow step only for e's own tokens.
   std::string nan_weight;
   // v_scale 0 at every key these rows read: their attention, attn8 and o_proj rows are +0.
   std::vector<int> zero_attn_rows;
@@ -144,6 +147,8 @@ StepInputs make_inputs(const Config& cfg, const Scenario& s, uint64_t seed, cons
 // weights alike in every rank, expert 3 through a wrapping ExpertSource. Call it before
 // make_inputs (repeated_expert aims with the gate it leaves).
 void apply_weight_injections(LayerWeights& w, const Scenario& s);
+// The hidden row of expert e's NaN s2 scale under nan_weight "s2".
+int nan_s2_row(const Config& cfg, int e);
 
 // Context of each row (seq_lens), as make_inputs draws them.
 std::vector<int32_t> scenario_seq_lens(const Config& cfg, const Scenario& s, uint64_t seed);

@@ -5,7 +5,8 @@
 // not: kv_page_stride 8, one static K / V scale a cache, the selected-pages KV form, and the
 // injections (NaN / Inf / -0 scores, extreme q / KV / residual, zero rows, one expert
 // for every token, and the special values: NaN / Inf / -0 in q, h_in, the KV caches and
-// scales and the weights, a NaN weight, NaN K / V codes a row reads, all-zero attention). A bit flipped in the dump afterwards must be found at its stage.
+// scales and the weights, a NaN weight, NaN K / V codes a row reads, all-zero attention, a wide
+// step's NaN s2 scales meeting other tokens' zero mid rows). A bit flipped in the dump afterwards must be found at its stage.
 //
 //   k4_gpu_tests -ts=gpu_golden
 #include <doctest/doctest.h>
@@ -78,6 +79,9 @@ std::vector<GoldenCase> golden_cases() {
   v.back().name = "selected KV form";
   v.back().kv_form = "selected";
   add("full preset TP4 S=16 long", "minimax-m3-tp4", 4, 16, {"long"});
+  // R5.14: a wide step in which each distinct expert's NaN s2 scale meets the zero mid rows of
+  // the tokens not routed to it (those rows NaN for every token; kernel mutant 67 gives +0)
+  add("wide step: NaN s2 scales meet zero rows", "tiny", 2, 6, {"long", "short", "medium"}).inject.nan_weight = "s2";
   return v;
 }
 

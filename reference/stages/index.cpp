@@ -8,6 +8,7 @@
 
 #include "reference/numerics/hd.hpp"
 #include "reference/numerics/keys.hpp"
+#include "reference/model_mutants.hpp"
 
 namespace k4 {
 namespace {
@@ -119,7 +120,7 @@ void place(Placed& out, const Config& cfg, const int32_t* key, const int32_t* bb
     if (!(live[i] && rank[i] < n_sel)) continue;
     const bool is_tail = bb[i] == tail;
     const bool tail_first = kt > key[i] || (kt == key[i] && tail > bb[i]);
-    const int slot = is_tail ? n_full : rank[i] - (tail_first ? 1 : 0);
+    const int slot = is_tail && !K4_MODEL_MUTANT_ON(15) ? n_full : rank[i] - (tail_first ? 1 : 0);
     const int32_t page = bt_row[bb[i]];
     for (int j = 0; j < ppb; ++j) out.table[slot * ppb + j] = page * cfg.kv_page_stride + j;
     out.blocks[slot] = bb[i];
@@ -144,7 +145,7 @@ void select_short(Placed& out, const Config& cfg, const StepShared& in, const fl
     bb[b] = b;
   }
   for (int b = 0; b < n_blk; ++b)
-    for (int j = 0; j < n_blk; ++j) rank[b] += key[j] > key[b] || (key[j] == key[b] && j > b);
+    for (int j = 0; j < n_blk; ++j) rank[b] += key[j] > key[b] || (key[j] == key[b] && (K4_MODEL_MUTANT_ON(14) ? j < b : j > b));
   std::vector<char> live(n_blk, 1);
   place(out, cfg, key.data(), bb.data(), rank.data(), reinterpret_cast<const bool*>(live.data()), n_blk,
         key[n_blk - 1], n_blk, row.ctx, in.block_table.data() + size_t(k) * in.bt_width);

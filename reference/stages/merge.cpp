@@ -5,6 +5,7 @@
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/e4m3.hpp"
 #include "reference/numerics/policy.hpp"
+#include "reference/model_mutants.hpp"
 
 namespace k4 {
 
@@ -22,14 +23,14 @@ void merge_partitions(MergeOut& out, const SplitOut& sp, int tokens, const Confi
       float gm = m[h];  // gm (seed:L914-L916)
       for (int i = 1; i < NS; ++i) gm = fmax_ieee(gm, m[i * H + h]);
       std::vector<float> sl(NS);
-      for (int i = 0; i < NS; ++i) sl[i] = l[i * H + h] * exp2_approx((m[i * H + h] - gm) * kLog2e);
+      for (int i = 0; i < NS; ++i) sl[i] = l[i * H + h] * exp2_approx((m[i * H + h] - gm) * (K4_MODEL_MUTANT_ON(11) ? 1.0f : kLog2e));
       float gs = sl[0];
       for (int i = 1; i < NS; ++i) gs = gs + sl[i];
       gs = gs > 0.0f ? gs : 1.0f;  // gs (seed:L921)
       for (int d = 0; d < D; ++d) {
         float av = 0.0f;
-        for (int i = 0; i < NS; ++i) {
-          const float wi = sl[i] / gs;
+        for (int i0 = 0, i; i0 < NS && (i = K4_MODEL_MUTANT_ON(13) ? NS - 1 - i0 : i0, true); ++i0) {
+          const float wi = K4_MODEL_MUTANT_ON(12) ? sl[i] : sl[i] / gs;
           av = av + wi * bf16_to_f32(sp.o[(size_t(k) * NS + i) * OK + h * D + d]);
         }
         a[h * D + d] = bf16_round(av);  // bf16_round (seed:L933)

@@ -15,6 +15,7 @@
 #include "reference/numerics/mx.hpp"
 #include "reference/numerics/policy.hpp"
 #include "reference/stages/fast_dot.hpp"
+#include "reference/model_mutants.hpp"
 
 namespace k4 {
 
@@ -40,14 +41,14 @@ void route_top4(RouteOut& out, const RouterOut& r, int tokens, const Config& cfg
       pid[p] = 127 - (m & 127);
     }
     float w[4];
-    for (int p = 0; p < 4; ++p) w[p] = r.sig[size_t(k) * E + std::min(pid[p], E - 1)];
+    for (int p = 0; p < 4; ++p) w[p] = K4_MODEL_MUTANT_ON(1) ? model_route_key_value(r.key[size_t(k) * E + std::min(pid[p], E - 1)]) : r.sig[size_t(k) * E + std::min(pid[p], E - 1)];
     const float tot = (w[0] + w[1]) + (w[2] + w[3]);  // butterfly (1, 2) over 4 lanes
     for (int p = 0; p < 4; ++p) {
       out.ids[size_t(k) * slots + p] = pid[p];
-      out.weights[size_t(k) * slots + p] = canon_nan(w[p] * (cfg.route_scale / fmax_ieee(tot, 1e-20f)));
+      out.weights[size_t(k) * slots + p] = canon_nan(w[p] * (K4_MODEL_MUTANT_ON(2) ? cfg.route_scale : cfg.route_scale / fmax_ieee(tot, 1e-20f)));
     }
     out.ids[size_t(k) * slots + cfg.top_k] = cfg.shared_expert();
-    out.weights[size_t(k) * slots + cfg.top_k] = cfg.shared_weight;
+    out.weights[size_t(k) * slots + cfg.top_k] = K4_MODEL_MUTANT_ON(3) ? cfg.shared_weight * cfg.route_scale : cfg.shared_weight;
   }
 }
 
@@ -124,7 +125,8 @@ void experts_up_gate(MoeOut& out, const RouteOut& route, const RouterOut& r, con
         const size_t o = (size_t(k) * SL + s) * I + row;
         out.gate[o] = canon_nan(g);
         out.up[o] = canon_nan(u);
-        out.mid[o] = bf16_bits_rne(swiglu(g, u, cfg.swiglu_limit));
+        const int sw = K4_MODEL_MUTANT_ON(5) ? 5 : K4_MODEL_MUTANT_ON(6) ? 6 : K4_MODEL_MUTANT_ON(7) ? 7 : 0;
+        out.mid[o] = bf16_bits_rne(sw ? model_swiglu_wrong(sw, g, u, cfg.swiglu_limit) : swiglu(g, u, cfg.swiglu_limit));
       }
     }
   }

@@ -6,6 +6,7 @@
 #include "reference/numerics/butterfly.hpp"
 #include "reference/numerics/mx.hpp"
 #include "reference/numerics/policy.hpp"
+#include "reference/model_mutants.hpp"
 
 namespace k4 {
 
@@ -15,7 +16,7 @@ namespace {
 float rms_norm(uint16_t* xn, const float* v, const RankWeights& w, const Config& cfg) {
   const int threads = cfg.threads(), re = cfg.hidden / threads;
   float ss = 0.0f;
-  for (int wave = 0; wave < cfg.waves; ++wave) {
+  for (int wave0 = 0, wave; wave0 < cfg.waves && (wave = K4_MODEL_MUTANT_ON(10) ? cfg.waves - 1 - wave0 : wave0, true); ++wave0) {
     float lanes[kWaveLanes];
     for (int lane = 0; lane < kWaveLanes; ++lane) {
       const float* vt = v + (wave * kWaveLanes + lane) * re;
@@ -24,10 +25,10 @@ float rms_norm(uint16_t* xn, const float* v, const RankWeights& w, const Config&
       lanes[lane] = ssw;
     }
     const float sw = wave_sum(lanes);
-    ss = wave == 0 ? sw : ss + sw;  // ss = red[0]; ss = ss + red[w]
+    ss = wave0 == 0 ? sw : ss + sw;  // ss = red[0]; ss = ss + red[w]
   }
-  const float rstd = rsq_approx(ss / float(cfg.hidden) + cfg.eps);
-  for (int i = 0; i < cfg.hidden; ++i) xn[i] = bf16_bits_rne((v[i] * rstd) * (bf16_to_f32(w.g_post[i]) + 1.0f));
+  const float rstd = rsq_approx(K4_MODEL_MUTANT_ON(9) ? (ss + cfg.eps) / float(cfg.hidden) : ss / float(cfg.hidden) + cfg.eps);
+  for (int i = 0; i < cfg.hidden; ++i) xn[i] = bf16_bits_rne((v[i] * rstd) * (bf16_to_f32(w.g_post[i]) + (K4_MODEL_MUTANT_ON(8) ? 0.0f : 1.0f)));
   return rstd;
 }
 
@@ -79,7 +80,7 @@ void route_scores(RouterOut& out, const std::vector<uint16_t>& a, const std::vec
       const float sc = rcp_approx(1.0f + exp2_approx(-bf16_round(logit) * kLog2e));  // hw_rcp (seed:L1465)
       out.logit[size_t(k) * E + e] = canon_nan(logit);
       out.sig[size_t(k) * E + e] = canon_nan(sc);
-      out.key[size_t(k) * E + e] = route_key(sc + w.bias[e], e);
+      out.key[size_t(k) * E + e] = route_key(K4_MODEL_MUTANT_ON(4) ? sc : sc + w.bias[e], e);
     }
 }
 

@@ -50,7 +50,7 @@ k4_emulation_variant(k4_emu_mutants DEFINES K4_MUTANTS)
 # equivalent (or an argued one is killed); the table in <build>/mutants.md. CPU time on one
 # core: about 3 minutes.
 add_test(NAME k4_emu_mutants/kill-table COMMAND k4_emu_mutants -ts=gpu_mutants --no-colors=true)
-set_tests_properties(k4_emu_mutants/kill-table PROPERTIES LABELS "emulation;mutants" TIMEOUT 1500
+set_tests_properties(k4_emu_mutants/kill-table PROPERTIES LABELS "emulation;mutants" TIMEOUT 3600
                      ENVIRONMENT "OMP_WAIT_POLICY=passive;K4_MUTANT_TABLE=${CMAKE_BINARY_DIR}/mutants.md")
 
 # ctest entries (label "emulation", in the README's test command and so in CI): every stage

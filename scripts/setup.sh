@@ -28,6 +28,9 @@ packages=(
   # fuzzing (scripts/fuzz.sh): clang and its libFuzzer / sanitizer runtimes (libclang_rt.fuzzer;
   # only a Recommends of clang, which --no-install-recommends skips)
   clang libclang-rt-14-dev
+  # the Python module k4 (python/): pybind11 builds it against Debian's python3, numpy holds
+  # its tensors, pytest runs its tests from ctest, h5py reads goldens in the README's example
+  pybind11-dev python3-pybind11 python3-dev python3-numpy python3-pytest python3-h5py
   # AMD device compiler (Debian's HIP 5.2, clang-15 based): scripts/build-amd.sh
   hipcc
 )

@@ -1,0 +1,193 @@
+"""k4: the K4 reference model (MiniMax-M3's fused decode post-attention kernel) from Python.
+
+Bindings of the project's C++ libraries (no numerics in Python):
+
+    cfg = k4.Config.preset("tiny")
+    w = k4.Weights.synthetic(cfg, seed=1)
+    inp = k4.inputs(w, seed=1, tokens=4, context="1000")     # k4 golden's scenario options
+    step = k4.run(w, inp)                                    # every rank's stage tensors
+    step["rank0/merge/outputs/attn"].decoded()
+    step.save("golden.h5")                                   # == k4 golden ... --out golden.h5
+    g = k4.open("golden.h5")
+    rep = k4.diff("golden.h5", "dump.h5"); print(rep)        # == k4 diff's text
+    k4.assert_bitexact(actual, expected, name="rank0/merge/outputs/attn")
+
+Tensors are numpy arrays of the storage type (k4.Tensor): uint16 bf16, uint8 e4m3 / e8m0 /
+e2m1x2, uint32 f32 bits, int32 i32; ``.decoded()`` gives float32 values.
+"""
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from . import _k4
+from ._k4 import Config, Weights, Inputs, FormatError, HDF5Error, DiffReport, decode, schema, stage_names, tool_version
+from .tensor import Tensor, dtype_of
+from .step import Step
+from . import stage, torchx
+
+__all__ = [
+    "Config", "Weights", "Inputs", "Step", "Tensor", "FormatError", "HDF5Error", "BitExactError", "DiffReport",
+    "inputs", "run", "golden", "open", "diff", "replay", "assert_bitexact", "DumpWriter", "decode", "schema",
+    "stage_names", "tool_version", "scenario_options", "stage", "torchx",
+]
+
+scenario_options = _k4.scenario_options
+
+
+def inputs(weights, seed=1, scenario=None, **options):
+    """A step's inputs from a scenario: a scenario JSON file and/or k4 golden's scenario options
+    (tokens, q_len, context, pad_rows, static_kv_scale, kv_page_stride, cache_blocks, ties,
+    nan_scores, ..., nan_kv_rows: dashes as underscores; k4.scenario_options() lists them)."""
+    return _k4._make_inputs(weights, int(seed), os.fspath(scenario) if scenario else "", options)
+
+
+def run(weights, inputs):
+    """The reference model's whole step (every rank, every stage) in memory."""
+    return Step(_k4._run(weights, inputs))
+
+
+def golden(preset="tiny", tp=-1, variant=None, seed=1, weight_seed=1, checkpoint=None, layer=0, scenario=None, **options):
+    """What `k4 golden` computes, as a Step: the same options (--preset, --tp, --variant,
+    --seed, --weight-seed, --checkpoint, --layer, --scenario and the scenario options)."""
+    cfg = Config.preset(preset, tp)
+    if variant:
+        cfg.variant = variant
+        cfg.validate()
+    w = Weights.from_checkpoint(os.fspath(checkpoint), cfg, layer) if checkpoint else Weights.synthetic(cfg, weight_seed)
+    return run(w, inputs(w, seed, scenario, **options))
+
+
+def open(path):
+    """A golden or dump file, read a tensor at a time through the Step interface."""
+    return Step(_k4._open(os.fspath(path)))
+
+
+class _Saved:
+    """A path for a Step in memory (saved to a temporary file, removed afterwards)."""
+
+    def __init__(self, x):
+        self.x, self.dir = x, None
+
+    def __enter__(self):
+        if isinstance(self.x, Step):
+            if self.x.path:
+                return self.x.path
+            self.dir = tempfile.mkdtemp(prefix="k4-")
+            return self.x.save(os.path.join(self.dir, "step.h5"))
+        return os.fspath(self.x)
+
+    def __exit__(self, *exc):
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def diff(golden, dump, max=10, replay=False):
+    """k4 diff GOLDEN DUMP as a DiffReport: str() is k4 diff's text; .first, .stages,
+    .to_json(), .to_html(). Either side may be a path or a Step."""
+    with _Saved(golden) as g, _Saved(dump) as d:
+        return _k4._diff(g, d, max, replay)
+
+
+def replay(golden, dump, max=10):
+    """k4 replay GOLDEN DUMP: the diff with each stage replayed on the dump's own inputs."""
+    return diff(golden, dump, max=max, replay=True)
+
+
+class BitExactError(AssertionError):
+    """Raised by assert_bitexact: the message is the first-divergence report; .report holds it."""
+
+    def __init__(self, report, name=None):
+        text = str(report)
+        if name is not None:  # two arrays: the report without the file header, sides named
+            body = text.split("\n")[4:]
+            t = report.stages[0].tensors[0]
+            head = f"{name}: {t.mismatches} of {t.elements} elements differ in their bits ({t.status}; golden = expected, dump = actual)"
+            if t.why:
+                head += f": {t.why}"
+            text = "\n".join([head, ""] + body)
+        super().__init__(text)
+        self.report = report
+
+
+_STORAGE_GUESS = {np.dtype(np.uint16): "bf16", np.dtype(np.uint32): "f32", np.dtype(np.int32): "i32",
+                  np.dtype(np.uint8): "u8", np.dtype(np.float32): "f32"}
+
+
+def _bits(x, dtype):
+    a = np.asarray(torchx.to_numpy(x))
+    if a.dtype == np.float32 and dtype == "f32":
+        a = a.view(np.uint32)  # f32 values are their bits
+    return np.ascontiguousarray(a)
+
+
+def _schema_dtype(name):
+    try:
+        return _k4.spec(name)["dtype"]
+    except ValueError:
+        return None
+
+
+def assert_bitexact(actual, expected, name="tensor", max=10):
+    """Bits, not tolerances: raises BitExactError (an AssertionError) with the first-divergence
+    report unless every element's bits are equal (-0 != +0; NaN == NaN only with equal bits).
+
+    actual / expected: k4.Tensor, numpy arrays of the storage type (float32 is taken as f32
+    only), or Steps / paths (then the whole step is diffed, expected being the golden).
+    name: a schema path ("rank0/merge/outputs/attn") fixes the dtype and names the stage."""
+    if isinstance(actual, (Step, str, os.PathLike)) or isinstance(expected, (Step, str, os.PathLike)):
+        rep = diff(expected, actual, max=max)
+        if rep.any_mismatch():
+            raise BitExactError(rep)
+        return rep
+    want = _schema_dtype(name) or dtype_of(expected) or dtype_of(actual)
+    for side in (expected, actual):
+        got = dtype_of(side)
+        if got and want and got != want:
+            raise TypeError(f"{name}: a {got} tensor where {want} is expected")
+    if want is None:
+        a = np.asarray(expected)
+        want = _STORAGE_GUESS.get(a.dtype)
+        if want is None:
+            raise TypeError(f"{name}: {a.dtype} is no storage type (uint16 bf16, uint8, uint32 f32 bits, int32)")
+    dims = getattr(expected, "dims", None) or getattr(actual, "dims", None) or []
+    rep = _k4._compare_arrays(_bits(expected, want), _bits(actual, want), want, list(dims), name, max)
+    if rep.any_mismatch():
+        raise BitExactError(rep, name)
+    return rep
+
+
+class DumpWriter:
+    """A kernel's tensors into a dump in the golden schema (what k4 diff reads). Each tensor is
+    checked against the schema's dtype and shape when added; the file is written atomically
+    on close() (nothing is left behind when a check fails).
+
+        with k4.DumpWriter("dump.h5", step.config, step.tokens) as w:
+            w.add("rank0/merge/outputs/attn", attn_bits)
+    """
+
+    def __init__(self, path, config, tokens, overwrite=False):
+        self._w = _k4._DumpWriter(os.fspath(path), config, int(tokens), overwrite)
+
+    @property
+    def path(self):
+        return self._w.path
+
+    def add(self, path, tensor):
+        self._w.add(path, np.ascontiguousarray(np.asarray(torchx.to_numpy(tensor))), dtype_of(tensor, ""))
+        return self
+
+    def paths(self):
+        return self._w.paths()
+
+    def close(self):
+        self._w.close()
+        return self.path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *rest):
+        if exc_type is None:
+            self.close()

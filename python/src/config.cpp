@@ -1,0 +1,246 @@
+// config.cpp -- k4.Config, k4.Weights and k4.Inputs: the config presets and JSON form, the
+// synthetic or checkpoint layer, and a step's inputs from a scenario given by the options
+// of `k4 golden` (tokens=4, context="1000,short", ties=True, ...), built in the order
+// `k4 golden` builds them (tools/cmd_golden.cpp), so that a step saved from Python holds
+// the same bytes as the CLI's golden.
+#include <fstream>
+#include <sstream>
+
+#include "golden/inputs/checkpoint.hpp"
+#include "golden/inputs/synth.hpp"
+#include "golden/io/file_check.hpp"
+#include "python/src/bind.hpp"
+
+namespace k4::py {
+namespace {
+
+std::string read_text(const std::string& path) {
+  require_input_file(path, "scenario file");
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (!f && !f.eof()) throw std::invalid_argument("scenario file " + path + ": read failed");
+  return ss.str();
+}
+
+// "1000,short" or [1000, "short"] -> the items as strings; a bare int too.
+std::vector<std::string> str_list(const pyb::handle& v, const char* what) {
+  std::vector<std::string> out;
+  auto item = [&](const pyb::handle& x) {
+    if (pyb::isinstance<pyb::bool_>(x)) throw std::invalid_argument(std::string(what) + ": a bool is not a context");
+    if (pyb::isinstance<pyb::int_>(x)) out.push_back(std::to_string(x.cast<long long>()));
+    else if (pyb::isinstance<pyb::str>(x)) out.push_back(x.cast<std::string>());
+    else throw std::invalid_argument(std::string(what) + ": " + std::string(pyb::repr(x)) + " is neither a key count nor a name");
+  };
+  if (pyb::isinstance<pyb::str>(v)) {
+    std::stringstream ss(v.cast<std::string>());
+    std::string t;
+    while (std::getline(ss, t, ','))
+      if (!t.empty()) out.push_back(t);
+  } else if (pyb::isinstance<pyb::sequence>(v)) {
+    for (const pyb::handle& x : v) item(x);
+  } else {
+    item(v);
+  }
+  return out;
+}
+
+int int_of(const pyb::handle& v, const std::string& what) {
+  if (pyb::isinstance<pyb::bool_>(v) || !pyb::isinstance<pyb::int_>(v))
+    throw std::invalid_argument(what + ": " + std::string(pyb::repr(v)) + " is not an integer");
+  const long long x = v.cast<long long>();
+  if (x < INT32_MIN || x > INT32_MAX) throw std::invalid_argument(what + ": " + std::to_string(x) + " is outside the int range");
+  return int(x);
+}
+
+std::vector<int> int_list(const pyb::handle& v, const std::string& what) {
+  std::vector<int> out;
+  if (pyb::isinstance<pyb::str>(v)) {
+    for (const std::string& t : str_list(v, what.c_str())) {
+      size_t used = 0;
+      int x = 0;
+      try {
+        x = std::stoi(t, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != t.size()) throw std::invalid_argument(what + ": '" + t + "' is not an integer");
+      out.push_back(x);
+    }
+  } else if (pyb::isinstance<pyb::sequence>(v)) {
+    for (const pyb::handle& x : v) out.push_back(int_of(x, what));
+  } else {
+    out.push_back(int_of(v, what));
+  }
+  return out;
+}
+
+bool flag_of(const pyb::handle& v, const std::string& what) {
+  if (!pyb::isinstance<pyb::bool_>(v)) throw std::invalid_argument(what + ": " + std::string(pyb::repr(v)) + " is not True or False");
+  return v.cast<bool>();
+}
+
+// The scenario options of `k4 golden` (dashes as underscores), applied over `s` as the CLI
+// applies them over --scenario.
+const std::vector<std::string>& option_names() {
+  static const std::vector<std::string> v = {
+      "tokens", "q_len", "context", "pad_rows", "static_kv_scale", "kv_page_stride", "cache_blocks", "ties",
+      "nan_scores", "neg_zero_scores", "inf_scores", "repeated_expert", "extreme_q", "huge_residual", "extreme_kv",
+      "zero_rows", "special_q", "special_h_in", "special_kv", "special_weights", "nan_weight", "zero_attn_rows",
+      "nan_kv_rows"};
+  return v;
+}
+
+void apply_options(Scenario& s, const pyb::dict& opts) {
+  Injections& x = s.inject;
+  for (auto kv : opts) {
+    const std::string k = kv.first.cast<std::string>();
+    const pyb::handle v = kv.second;
+    const std::string what = k;
+    if (k == "tokens") s.tokens = int_of(v, what);
+    else if (k == "q_len") s.q_len = int_of(v, what);
+    else if (k == "context") s.context = str_list(v, "context");
+    else if (k == "pad_rows") s.pad_rows = int_list(v, what);
+    else if (k == "static_kv_scale") { if (flag_of(v, what)) s.static_kv_scale = 1; }
+    else if (k == "kv_page_stride") s.kv_page_stride = int_of(v, what);
+    else if (k == "cache_blocks") s.cache_blocks = int_of(v, what);
+    else if (k == "ties") { if (flag_of(v, what)) x.score_ties = true; }
+    else if (k == "nan_scores") x.nan_scores = int_of(v, what);
+    else if (k == "neg_zero_scores") x.neg_zero_scores = int_of(v, what);
+    else if (k == "inf_scores") x.inf_scores = int_of(v, what);
+    else if (k == "repeated_expert")
+      x.repeated_expert = pyb::isinstance<pyb::str>(v) && v.cast<std::string>() == "any" ? -2 : int_of(v, what);
+    else if (k == "extreme_q") { if (flag_of(v, what)) x.extreme_q = true; }
+    else if (k == "huge_residual") { if (flag_of(v, what)) x.huge_residual = true; }
+    else if (k == "extreme_kv") { if (flag_of(v, what)) x.extreme_kv = true; }
+    else if (k == "zero_rows") x.zero_rows = int_list(v, what);
+    else if (k == "special_q") { if (flag_of(v, what)) x.special_q = true; }
+    else if (k == "special_h_in") { if (flag_of(v, what)) x.special_h_in = true; }
+    else if (k == "special_kv") { if (flag_of(v, what)) x.special_kv = true; }
+    else if (k == "special_weights") { if (flag_of(v, what)) x.special_weights = true; }
+    else if (k == "nan_weight") x.nan_weight = v.cast<std::string>();
+    else if (k == "zero_attn_rows") x.zero_attn_rows = int_list(v, what);
+    else if (k == "nan_kv_rows") x.nan_kv_rows = int_list(v, what);
+    else {
+      std::string known;
+      for (const std::string& n : option_names()) known += (known.empty() ? "" : ", ") + n;
+      throw std::invalid_argument("unknown scenario option '" + k + "' (known: " + known + ")");
+    }
+  }
+}
+
+Weights synthetic(const Config& cfg, uint64_t seed) {
+  cfg.validate();
+  Weights w;
+  {
+    pyb::gil_scoped_release nogil;
+    w.w = std::make_shared<const LayerWeights>(synth::synthetic_layer(cfg, seed));
+  }
+  w.seed = seed;
+  return w;
+}
+
+Weights from_checkpoint(const std::string& path, const Config& cfg, int layer) {
+  cfg.validate();
+  Weights w;
+  {
+    pyb::gil_scoped_release nogil;
+    w.w = std::make_shared<const LayerWeights>(load_checkpoint_layer(path, cfg, layer));
+  }
+  w.source = "checkpoint " + path;
+  w.checkpoint = path;
+  w.layer = layer;
+  return w;
+}
+
+// k4 golden's order: the scenario checked against the weights' config, its overrides applied,
+// the weight injections, then the inputs (repeated_expert aims with the injected gate).
+Inputs make_step_inputs(const Weights& W, uint64_t seed, const std::string& scenario_file, const pyb::dict& opts) {
+  Scenario scn;
+  if (!scenario_file.empty()) scn = scenario_from_json(read_text(scenario_file), "scenario " + scenario_file);
+  apply_options(scn, opts);
+  const std::string where = scenario_file.empty() ? std::string("scenario")
+                            : opts.empty()        ? "scenario " + scenario_file
+                                                  : "scenario " + scenario_file + " with the scenario options";
+  Inputs I;
+  I.cfg = W.w->cfg;
+  validate_scenario(scn, I.cfg, where);
+  apply_scenario(scn, I.cfg);
+  I.seed = seed;
+  I.scenario_json = scenario_to_json(scn);
+  I.made_from = W.w.get();
+  I.weight_injections = scn.inject.special_weights || !scn.inject.nan_weight.empty();
+  pyb::gil_scoped_release nogil;
+  auto lw = std::make_shared<LayerWeights>(*W.w);
+  lw->cfg = I.cfg;
+  apply_weight_injections(*lw, scn);
+  I.in = std::make_shared<const StepInputs>(make_inputs(I.cfg, scn, seed, lw.get()));
+  I.weights = lw;
+  return I;
+}
+
+}  // namespace
+
+void bind_config(pyb::module_& m) {
+  pyb::class_<Config> c(m, "Config", "Every shape and parameter K4's numerics depend on (reference/config.hpp).");
+  c.def(pyb::init<>())
+      .def_static("preset", &preset, pyb::arg("name") = "minimax-m3-tp4", pyb::arg("tp") = -1,
+                  "A preset (minimax-m3-tp4, small, tiny); tp = -1 keeps the preset's TP.")
+      .def_static("preset_names", &preset_names)
+      .def_static("from_json", [](const std::string& text) { return golden::config_from_json(text, "config JSON"); },
+                  pyb::arg("text"), "The config JSON of a golden (every field required, no others).")
+      .def_static("from_file", [](const std::string& path) {
+        require_input_file(path, "config file");
+        std::ifstream f(path, std::ios::binary);
+        std::stringstream ss;
+        ss << f.rdbuf();
+        return golden::config_from_json(ss.str(), "config file " + path);
+      }, pyb::arg("path"), "A config JSON file (k4's form: Config.to_json()).")
+      .def("to_json", [](const Config& x) { return golden::config_to_json(x); })
+      .def("validate", &Config::validate)
+      .def("copy", [](const Config& x) { return Config(x); })
+      .def_property("variant", [](const Config& x) { return variant_name(x.variant); },
+                    [](Config& x, const std::string& spec) { x.variant = parse_variant(spec); },
+                    "The build's numerics as a spec (seed, vllm-mono, aiter, atom, SWITCH=VALUE,...).")
+      .def_property_readonly("o_k", &Config::o_k)
+      .def_property_readonly("threads", &Config::threads)
+      .def_property_readonly("moe_slots", &Config::moe_slots)
+      .def_property_readonly("n_experts", &Config::n_experts)
+      .def_property_readonly("sparse_table_words", &Config::sparse_table_words)
+      .def("__eq__", [](const Config& a, const Config& b) { return golden::config_to_json(a) == golden::config_to_json(b); })
+      .def("__repr__", [](const Config& x) {
+        return "k4.Config(name='" + x.name + "', tp=" + std::to_string(x.tp) + ", variant='" + variant_name(x.variant) + "')";
+      });
+#define K4_RW(f) c.def_readwrite(#f, &Config::f);
+  K4_RW(name) K4_RW(heads) K4_RW(head_dim) K4_RW(hidden) K4_RW(n_routed) K4_RW(top_k) K4_RW(inter)
+  K4_RW(sparse_block) K4_RW(topk_blocks) K4_RW(page) K4_RW(n_split) K4_RW(max_tokens) K4_RW(max_context)
+  K4_RW(kv_page_stride) K4_RW(waves) K4_RW(lanes) K4_RW(o_rows) K4_RW(dn_rows) K4_RW(ug_rows) K4_RW(sh_rows)
+  K4_RW(tp) K4_RW(sm_scale) K4_RW(eps) K4_RW(route_scale) K4_RW(shared_weight) K4_RW(swiglu_limit)
+  K4_RW(init_blocks) K4_RW(local_blocks) K4_RW(wide_from) K4_RW(ag_rs_from)
+#undef K4_RW
+
+  pyb::class_<Weights>(m, "Weights", "One layer's K4 weights, every TP rank's shard (logical row-major).")
+      .def_static("synthetic", &synthetic, pyb::arg("config"), pyb::arg("seed") = 1,
+                  "The deterministic synthetic layer (k4 golden's default; --weight-seed).")
+      .def_static("from_checkpoint", &from_checkpoint, pyb::arg("path"), pyb::arg("config"), pyb::arg("layer") = 0,
+                  "A safetensors checkpoint file or directory (k4 golden --checkpoint).")
+      .def_property_readonly("config", [](const Weights& w) { return w.w->cfg; })
+      .def_readonly("source", &Weights::source)
+      .def_readonly("seed", &Weights::seed)
+      .def("__repr__", [](const Weights& w) {
+        return "k4.Weights(" + w.source + (w.checkpoint.empty() ? ", seed " + std::to_string(w.seed) : "") + ", " + w.w->cfg.name + ")";
+      });
+
+  pyb::class_<Inputs>(m, "Inputs", "One decode step's inputs (every rank's), with the scenario they came from.")
+      .def_readonly("config", &Inputs::cfg)
+      .def_readonly("seed", &Inputs::seed)
+      .def_readonly("scenario_json", &Inputs::scenario_json)
+      .def_property_readonly("tokens", [](const Inputs& i) { return i.in->shared.tokens; })
+      .def_property_readonly("seq_lens", [](const Inputs& i) { return i.in->shared.seq_lens; });
+
+  m.def("_make_inputs", &make_step_inputs, pyb::arg("weights"), pyb::arg("seed"), pyb::arg("scenario_file"),
+        pyb::arg("options"));
+  m.def("scenario_options", &option_names, "The scenario options k4.inputs takes (k4 golden's, dashes as underscores).");
+}
+
+}  // namespace k4::py

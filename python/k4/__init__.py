@@ -22,15 +22,17 @@ import tempfile
 import numpy as np
 
 from . import _k4
+from ._k4 import policy
 from ._k4 import Config, Weights, Inputs, FormatError, HDF5Error, DiffReport, decode, schema, stage_names, tool_version
 from .tensor import Tensor, dtype_of
 from .step import Step
-from . import stage, torchx
+from . import scenarios
+from . import stage, torchx, testing
 
 __all__ = [
     "Config", "Weights", "Inputs", "Step", "Tensor", "FormatError", "HDF5Error", "BitExactError", "DiffReport",
     "inputs", "run", "golden", "open", "diff", "replay", "assert_bitexact", "DumpWriter", "decode", "schema",
-    "stage_names", "tool_version", "scenario_options", "stage", "torchx",
+    "stage_names", "tool_version", "scenario_options", "stage", "torchx", "bits", "Bits", "policy",
 ]
 
 scenario_options = _k4.scenario_options
@@ -156,6 +158,49 @@ def assert_bitexact(actual, expected, name="tensor", max=10):
     if rep.any_mismatch():
         raise BitExactError(rep, name)
     return rep
+
+
+class Bits:
+    """Bits to compare with ``==`` in a plain assert: ``assert k4.bits(a) == k4.bits(b)``.
+    Equal when dtype, shape and every element's bits are equal; under pytest with the k4
+    plugin a failing assert shows the first-divergence report (explain())."""
+
+    def __init__(self, x, dtype=None, name=None):
+        self.dtype = dtype or dtype_of(x) or _STORAGE_GUESS.get(np.asarray(x).dtype)
+        if self.dtype is None:
+            raise TypeError(f"{np.asarray(x).dtype} is no storage type: give dtype=")
+        self.array = _bits(x, self.dtype)
+        want = _k4.storage_dtype(self.dtype)
+        if self.array.dtype != want:
+            raise TypeError(f"a {self.dtype} tensor is stored as {want} bits, got a {self.array.dtype} array")
+        self.dims = getattr(x, "dims", None)
+        self.name = name or getattr(x, "k4_path", None)
+
+    def __eq__(self, other):
+        if not isinstance(other, Bits):
+            return NotImplemented
+        return (self.dtype == other.dtype and self.array.shape == other.array.shape
+                and self.array.tobytes() == other.array.tobytes())
+
+    def explain(self, other):
+        """Why the two differ: the report of assert_bitexact(self, other)."""
+        if self.dtype != other.dtype:
+            return f"a {self.dtype} tensor compared with a {other.dtype} tensor"
+        dims = other.dims or self.dims
+        mine, theirs = Tensor(self.array, self.dtype, dims), Tensor(other.array, other.dtype, dims)
+        try:
+            assert_bitexact(mine, theirs, name=other.name or self.name or "tensor")
+        except BitExactError as e:
+            return str(e)
+        return "the bits are equal"
+
+    def __repr__(self):
+        return f"k4.bits({self.name or ''} {self.dtype} {self.array.shape})"
+
+
+def bits(x, dtype=None, name=None):
+    """Bits(x): ``assert k4.bits(mine) == k4.bits(step[path])`` compares bits, not values."""
+    return Bits(x, dtype, name)
 
 
 class DumpWriter:

@@ -98,7 +98,9 @@ class Step:
         return self._paths
 
     def __getitem__(self, path):
-        return from_native(self._n.tensor(path))
+        t = from_native(self._n.tensor(path))
+        t.k4_path = path.lstrip("/")
+        return t
 
     def __contains__(self, path):
         p = path if path.startswith("/") else "/" + path

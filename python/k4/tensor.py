@@ -29,6 +29,7 @@ class Tensor(np.ndarray):
             return
         self.k4_dtype = getattr(obj, "k4_dtype", None)
         self.dims = getattr(obj, "dims", None)
+        self.k4_path = getattr(obj, "k4_path", None)
 
     @property
     def bits(self):

@@ -98,5 +98,6 @@ void bind_config(pyb::module_& m);
 void bind_step(pyb::module_& m);
 void bind_diff(pyb::module_& m);
 void bind_stages(pyb::module_& m);
+void bind_policy(pyb::module_& m);
 
 }  // namespace k4::py

@@ -17,4 +17,5 @@ PYBIND11_MODULE(_k4, m) {
   py::bind_step(m);
   py::bind_diff(m);
   py::bind_stages(m);
+  py::bind_policy(m);
 }

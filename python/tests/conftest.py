@@ -36,3 +36,6 @@ def tiny_golden(tmp_path_factory, k4_bin):
     r = cli(k4_bin, "golden", "--preset", "tiny", "--tokens", 4, "--context", "1000,short,300,2000", "--seed", 3, "--out", path)
     assert r.returncode == 0, r.stderr
     return path
+
+
+pytest_plugins = ["pytester"]  # test_plugin.py runs test files through the k4 plugin

@@ -27,7 +27,7 @@ from ._k4 import Config, Weights, Inputs, FormatError, HDF5Error, DiffReport, de
 from .tensor import Tensor, dtype_of
 from .step import Step
 from . import scenarios
-from . import stage, torchx, testing
+from . import stage, torchx, testing, kut
 
 __all__ = [
     "Config", "Weights", "Inputs", "Step", "Tensor", "FormatError", "HDF5Error", "BitExactError", "DiffReport",

@@ -77,7 +77,7 @@ class _SweepError(AssertionError):
 
 
 def _stage_fn(impl, stage):
-    if isinstance(impl, dict):
+    if isinstance(impl, dict) or hasattr(impl, "stages"):  # a mapping, or a k4.kut.Library
         return impl.get(stage)
     return getattr(impl, stage, None)
 
@@ -126,6 +126,8 @@ def sweep(impl, scenarios="smoke", preset="tiny", tp=-1, seeds=(1,), stages=STAG
     """Runs `impl` on every (scenario, seed) case's golden, stage by stage and rank by rank.
     scenarios: a set name of k4.scenarios.SETS or a list of k4.inputs option dicts."""
     from . import golden
+    if not any(_stage_fn(impl, s) for s in stages):
+        raise ValueError(f"the implementation provides none of the stages {', '.join(stages)}")
     cases = _scenarios.scenario_set(scenarios) if isinstance(scenarios, str) else [dict(s) for s in scenarios]
     results = []
     for opts in cases:

@@ -137,6 +137,18 @@ void bind_tensors(pyb::module_& m) {
     return rows;
   }, "The schema table (golden/format/schema.cpp): group, name, dtype, dims, link, meaning a row.");
   m.def("stage_names", [] { return golden::stage_names(); });
+  m.def("dim_sizes", [](const Config& cfg, int tokens, const std::string& dims, int used_experts, int pages, int bt_width,
+                        int score_width) {
+    golden::DimSizes d;
+    d.cfg = cfg;
+    d.tokens = tokens;
+    d.used_experts = used_experts;
+    d.pages = pages;
+    d.bt_width = bt_width;
+    d.score_width = score_width;
+    return d.shape(dims.c_str());
+  }, pyb::arg("config"), pyb::arg("tokens"), pyb::arg("dims"), pyb::arg("used_experts") = 0, pyb::arg("pages") = 0,
+     pyb::arg("bt_width") = 0, pyb::arg("score_width") = 0, "The shape of the schema's named dims (golden::DimSizes).");
   m.def("spec", [](const std::string& path) {
     int rank = -1;
     std::string canon;

@@ -80,9 +80,9 @@ void run_named_stage(const StageFns& fns, const std::string& stage, const Config
     sh.score_width = int(dim0(in, stage, "index_scores", 1));
     sh.seq_lens = take<int32_t>(in, stage, "seq_lens");
     sh.block_table = take<int32_t>(in, stage, "block_table");
-    sh.index_scores = take<float>(in, stage, "index_scores");
+    const std::vector<float> scores = take<float>(in, stage, "index_scores");  // this rank's own
     IndexOut o;
-    fns.select_blocks(o, sh, cfg);
+    fns.select_blocks(o, sh, scores, cfg);
     give(out, stage, "sparse_table", d, o.sparse_table);
     give(out, stage, "blocks", d, o.blocks);
     give(out, stage, "n_ctx", d, o.n_ctx);

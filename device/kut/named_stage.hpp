@@ -22,7 +22,7 @@ using NamedTensors = std::map<std::string, NamedTensor>;
 
 // The stage functions (the reference's, or the device twins').
 struct StageFns {
-  void (*select_blocks)(IndexOut&, const StepShared&, const Config&);
+  void (*select_blocks)(IndexOut&, const StepShared&, const std::vector<float>&, const Config&);
   void (*split_attention)(SplitOut&, const StepShared&, const StepRank&, const IndexOut&, const Config&);
   void (*merge_partitions)(MergeOut&, const SplitOut&, int, const Config&);
   void (*o_proj_partials)(OprojOut&, const MergeOut&, const RankWeights&, int, const Config&);

@@ -118,13 +118,13 @@ pyb::dict index_stage(const Config& cfg, const pyb::dict& t, int q_len) {
   sh.score_width = in.dims.score_width;
   sh.seq_lens = in.take<int32_t>("seq_lens");
   sh.block_table = in.take<int32_t>("block_table");
-  sh.index_scores = in.take<float>("index_scores");
+  const std::vector<float> scores = in.take<float>("index_scores");  // this rank's own
   sh.h_in.assign(size_t(S) * cfg.hidden, 0);  // not read by the index stage
   IndexOut out;
   {
     pyb::gil_scoped_release nogil;
     if (q_len < 1 || S % q_len != 0) throw std::invalid_argument("q_len " + std::to_string(q_len) + " must divide the token count " + std::to_string(S));
-    select_blocks(out, sh, cfg);
+    select_blocks(out, sh, scores, cfg);
   }
   pyb::dict r;
   put(r, "index", "sparse_table", in.dims, out.sparse_table);

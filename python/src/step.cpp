@@ -65,7 +65,6 @@ TensorData MemStep::tensor(const std::string& path) const {
   if (g == "/inputs") {
     if (n == "seq_lens") return tensor_of(s, d, in->shared.seq_lens);
     if (n == "block_table") return tensor_of(s, d, in->shared.block_table);
-    if (n == "index_scores") return tensor_of(s, d, in->shared.index_scores);
     if (n == "h_in") return tensor_of(s, d, in->shared.h_in);
   }
   const RankResult& R = res.ranks.at(size_t(rank));
@@ -76,6 +75,7 @@ TensorData MemStep::tensor(const std::string& path) const {
   d.used_experts = int(ids.size());
 #define K4_T(group, name, expr) \
   if (g == group && n == name) return tensor_of(s, d, expr);
+  K4_T("index/inputs", "index_scores", I.index_scores)  // this rank's own index head's scores
   K4_T("index/outputs", "sparse_table", R.index.sparse_table)
   K4_T("index/outputs", "blocks", R.index.blocks)
   K4_T("index/outputs", "n_ctx", R.index.n_ctx)

@@ -95,3 +95,8 @@ endif()
 add_test(NAME package_install COMMAND bash "${PROJECT_SOURCE_DIR}/tests/package/install_test.sh"
          "${CMAKE_COMMAND}" "${CMAKE_BINARY_DIR}" "${_pk}" "${PROJECT_SOURCE_DIR}/tests/package/consumer" "${Python_EXECUTABLE}" "${_pypath}")
 set_tests_properties(package_install PROPERTIES LABELS "cpu;package")
+# As a subproject: a parent project (tests/package/subproject) that add_subdirectory's this
+# tree and links k4::golden configures and generates (the targets, aliases and options resolve).
+add_test(NAME package_subproject COMMAND bash -c "rm -rf \"$1\" && \"$0\" -S \"$2\" -B \"$1\" -G Ninja -DK4_SOURCE_DIR=\"$3\" >/dev/null && ninja -C \"$1\" -n k4_consumer >/dev/null && echo subproject: ok"
+         "${CMAKE_COMMAND}" "${CMAKE_BINARY_DIR}/package-subproject" "${PROJECT_SOURCE_DIR}/tests/package/subproject" "${PROJECT_SOURCE_DIR}")
+set_tests_properties(package_subproject PROPERTIES LABELS "cpu;package" PASS_REGULAR_EXPRESSION "subproject: ok")

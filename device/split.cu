@@ -13,6 +13,11 @@
 //   l    = per wave and lane (p0 + p1), the 16-lane tree, waves in order
 //   PV   = per wave 0 + block_dot(P8 of its 32 keys, V column masked past n_ctx), waves in order
 //   o    = bf16((pscale * acc) * (1 / (l > 0 ? l : 1)))
+// KV-scale modes (docs/numerics.md §13 V4): scalar reads k_scale[0] / v_scale[0]; static448
+// (vLLM) has P8 = E4M3((valid ? 448 : 0) * p) and pscale = v_scale[0] / 448; atom_vllm (ATOM's
+// cache_mode="vllm") runs split t over the keys [t span, min(t span + span, n_ctx)),
+// span = ceil(n_ctx / 8), tile by tile (256 keys) with P8 = E4M3(p) and a running
+// (m, l, o): o = (o * factor) + (v_scale[0] * PV), l = (factor * l) + lsum.
 // One block of 512 threads a (token, partition) and rank; phases: q -> q8 (decoded once),
 // QK (a thread a key and 8 heads: its K chunk decoded once for the 8), maxima, P, exp-sums,
 // PV + output (a thread a dim and 4 heads: its V column decoded once for the 4). K and V
@@ -47,7 +52,8 @@ K4_BODY bool decode_e4m3_block(int32_t* out, const uint8_t* codes) {
 struct Smem {
   float* sc;         // (16, 256) scores
   int32_t* p_int;    // (16, 256) P8 decoded
-  int32_t* q_int;    // (16, 128) q8 decoded; later lane_l (16, 8, 16) exp-sum lane values
+  int32_t* q_int;    // (16, 128) q8 decoded
+  float* lane_l;     // (16, 8, 16) exp-sum lane values
   uint8_t* q8;       // (16, 128)
   uint8_t* p8;       // (16, 256)
   uint8_t* qnan;     // (16, 4)
@@ -55,8 +61,11 @@ struct Smem {
   float* mx;         // (16)
   float* ls;         // (8, 16)
   float* misc;       // vmax, fscale, pscale, -, the 8 waves' v_scale maxima
-  float* vs;         // (256) v_scale of the valid keys, 0 past n_ctx
-  int32_t* pages;    // (16) + n_ctx
+  float* vs;         // (256) v_scale of the valid keys, 0 otherwise
+  int32_t* pages;    // (16) the tile's pages + n_ctx
+  float* o_run;      // (16, 128) ATOM's running output (V4.3)
+  float* m_run;      // (16)
+  float* l_run;      // (16)
 };
 
 template <class C>
@@ -65,6 +74,7 @@ K4_BODY Smem carve(C& cv) {
   s.sc = cv.template take<float>(kHeads * kSplitKeys);
   s.p_int = cv.template take<int32_t>(kHeads * kSplitKeys);
   s.q_int = cv.template take<int32_t>(kHeads * kHeadDim);
+  s.lane_l = cv.template take<float>(kHeads * kWaves * 16);
   s.q8 = cv.template take<uint8_t>(kHeads * kHeadDim);
   s.p8 = cv.template take<uint8_t>(kHeads * kSplitKeys);
   s.qnan = cv.template take<uint8_t>(kHeads * kChunks);
@@ -74,47 +84,39 @@ K4_BODY Smem carve(C& cv) {
   s.misc = cv.template take<float>(4 + kWaves);
   s.vs = cv.template take<float>(kSplitKeys);
   s.pages = cv.template take<int32_t>(kSplitKeys / kPage + 1);
+  s.o_run = cv.template take<float>(kHeads * kHeadDim);
+  s.m_run = cv.template take<float>(kHeads);
+  s.l_run = cv.template take<float>(kHeads);
   return s;
 }
 
+constexpr int kStatic448 = int(KvScale::static448), kAtomVllm = int(KvScale::atom_vllm);
+
 struct SplitBody {
   SplitArgs a;
+
+  // One 256-key tile tau of the sparse context with the keys [lo, hi) valid: scores, maxima,
+  // P and exp-sums, then PV. The seed's partition t is tile t with [0, n_ctx) (mode per_key,
+  // scalar, static448: the output is written here); ATOM's split ranges (V4.3) fold each tile
+  // into the running m / l / o instead.
   template <class Ctx>
-  K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
+  K4_BODY void tile(Ctx& c, const Smem& m, int tau, int lo, int hi) const {
     const DevCfg& cfg = a.cfg;
     const int NS = cfg.n_split, tok = c.bx / NS, t = c.bx % NS, r = c.by, S = a.tokens, OK = cfg.o_k;
-    SmemCarver cv{smem};
-    const Smem m = carve(cv);
+    const int mode = cfg.kv_scale;
     const int32_t* table = a.sparse_table + (size_t(r) * S + tok) * cfg.table_words;
     const uint8_t* kc = a.k_cache + size_t(r) * a.cache_slice;
     const uint8_t* vc = a.v_cache + size_t(r) * a.cache_slice;
     const float* ksc = a.k_scale + size_t(r) * a.scale_slice;
     const float* vsc = a.v_scale + size_t(r) * a.scale_slice;
-    const uint16_t* q = a.q + (size_t(r) * S + tok) * OK;
-
-    // q -> E4M3, no clamp (fp8_pack4 (seed:L743)); the partition's 16 pages (slots 2t, 2t + 1)
-    c.each(OK, [&](int i) {
-      const uint8_t b = e4m3_bits(bf16_to_f32(q[i]), K4_MUTANT_ON(14) ? Fp8Overflow::Saturate : Fp8Overflow::NoSaturate);
-      m.q8[i] = b;
-      m.q_int[i] = e4m3_to_int_x512(b);
-      if (t == 0) a.q8[(size_t(r) * S + tok) * OK + i] = b;
-      if (i < kSplitKeys / kPage) m.pages[i] = table[t * (kSplitKeys / kPage) + i];
-      if (i == 0) m.pages[kSplitKeys / kPage] = table[cfg.table_words - 1];
-    });
-    const int n_ctx = m.pages[kSplitKeys / kPage];
-    auto valid = [&](int kp) { return t * kSplitKeys + kp < n_ctx; };
+    const int key0 = tau * kSplitKeys;  // the tile's first key
+    auto valid = [&](int kp) { return lo <= key0 + kp && key0 + kp < hi; };
     auto kscale = [&](int kp) { return cfg.one_kv_scale ? ksc[0] : ksc[size_t(m.pages[kp / kPage]) * kPage + kp % kPage]; };
     auto vscale = [&](int kp) { return cfg.one_kv_scale ? vsc[0] : vsc[size_t(m.pages[kp / kPage]) * kPage + kp % kPage]; };
-    c.each(kHeads * kChunks + kSplitKeys, [&](int i) {
-      if (i >= kHeads * kChunks) {
-        const int kp = i - kHeads * kChunks;
-        m.vs[kp] = valid(kp) || K4_MUTANT_ON(17) ? vscale(kp) : 0.0f;
-        return;
-      }
-      bool nan = false;
-      for (int j = 0; j < kBlockK; ++j) nan |= e4m3_is_nan(m.q8[i * kBlockK + j]);
-      m.qnan[i] = nan ? 1 : 0;
-    });
+
+    // the tile's 16 pages (slots 2 tau, 2 tau + 1)
+    c.each(kSplitKeys / kPage, [&](int i) { m.pages[i] = table[tau * (kSplitKeys / kPage) + i]; });
+    c.each(kSplitKeys, [&](int kp) { m.vs[kp] = valid(kp) || K4_MUTANT_ON(17) ? vscale(kp) : 0.0f; });
 
     // QK, sc (seed:L750-L765): thread (key kp, heads 8 hg .. + 8)
     c.each(2 * kSplitKeys, [&](int i) {
@@ -166,19 +168,19 @@ struct SplitBody {
       if (h < kHeads) {
         float mx = mh[h * kWaves];
         for (int w = 1; w < kWaves; ++w) mx = fmax_ieee(mx, mh[h * kWaves + w]);
-        m.mx[h] = mx;
+        m.mx[h] = mode == kAtomVllm ? fmax_ieee(mx, m.m_run[h]) : mx;  // V4.3: max(M, m_run)
       } else {
         float vmax = m.misc[4];
         for (int w = 1; w < kWaves; ++w) vmax = fmax_ieee(vmax, m.misc[4 + w]);
         m.misc[0] = vmax;
-        m.misc[1] = kFp8Max * rcp_approx(vmax + (K4_MUTANT_ON(22) ? 0.0f : 1e-8f));  // fscale
-        m.misc[2] = vmax * kInvFp8Max;                   // pscale
+        m.misc[1] = kFp8Max * rcp_approx(vmax + (K4_MUTANT_ON(22) ? 0.0f : 1e-8f));                          // fscale
+        m.misc[2] = (mode == kStatic448 ? vsc[0] : vmax) * kInvFp8Max;          // pscale (V4.2: vs / 448)
       }
     });
 
-    // P, pj (seed:L796-L822): item (head, wave, lane l16) -> its 2 keys' P8 and lane exp-sum
-    float* lane_l = reinterpret_cast<float*>(m.q_int);  // q is done with
-    const float fscale = m.misc[1], pscale = m.misc[2];
+    // P, pj (seed:L796-L822): item (head, wave, lane l16) -> its 2 keys' P8 and lane exp-sum.
+    // P8 = E4M3((vs * fscale) * p); static448: E4M3((valid ? 448 : 0) * p); atom_vllm: E4M3(p)
+    const float fscale = m.misc[1];
     c.each(kHeads * kWaves * 16, [&](int i) {
       const int h = i / (kWaves * 16), w = (i / 16) % kWaves, l16 = i % 16;
       float acc = 0.0f;
@@ -186,21 +188,23 @@ struct SplitBody {
         const int kp = w * kWaveKeys + j * kPage + l16;
         const float pj = exp2_approx((m.sc[h * kSplitKeys + kp] - m.mx[h]) * kLog2e);
         acc = acc + pj;
-        const uint8_t b = e4m3_bits(K4_MUTANT_ON(21) ? m.vs[kp] * (fscale * pj) : (m.vs[kp] * fscale) * pj, Fp8Overflow::NoSaturate);
+        const float x = mode == kAtomVllm ? pj : (mode == kStatic448 ? (valid(kp) ? kFp8Max : 0.0f) * pj : K4_MUTANT_ON(21) ? m.vs[kp] * (fscale * pj) : (m.vs[kp] * fscale) * pj);
+        const uint8_t b = e4m3_bits(x, Fp8Overflow::NoSaturate);
         m.p8[h * kSplitKeys + kp] = b;
         m.p_int[h * kSplitKeys + kp] = e4m3_to_int_x512(b);
       }
-      lane_l[i] = acc;
+      m.lane_l[i] = acc;
     });
     c.each(kHeads * kWaves, [&](int i) {
       const int h = i / kWaves, w = i % kWaves;
-      m.ls[w * kHeads + h] = group_reduce(lane_l + i * 16, 16, AddF32{});
+      m.ls[w * kHeads + h] = group_reduce(m.lane_l + i * 16, 16, AddF32{});
       bool nan = false;
       for (int j = 0; j < kWaveKeys; ++j) nan |= e4m3_is_nan(m.p8[h * kSplitKeys + w * kWaveKeys + j]);
       m.pnan[h * kWaves + w] = nan ? 1 : 0;
     });
 
-    // PV, pw (seed:L824-L852), and the output, lsum (seed:L855-L877): thread (dim d, heads 4 hg .. + 4)
+    // PV, pw (seed:L824-L852), and the output, lsum (seed:L857-L877): thread (dim d, heads 4 hg .. + 4)
+    const float pscale = m.misc[2];
     const size_t ts = size_t(tok) * NS + t;
     c.each(kHeadDim * 4, [&](int i) {
       const int d = i % kHeadDim, hg = i / kHeadDim;
@@ -210,8 +214,8 @@ struct SplitBody {
         uint8_t vb[kWaveKeys];
         for (int half = 0; half < 2; ++half) {  // keys 32 w + 16 half .. + 16 = page 2 w + half, bytes d * 16 + key
           const int kp0 = w * kWaveKeys + half * kPage;
-          Bytes16 v{};
-          if (valid(kp0)) v = load16(vc + size_t(m.pages[kp0 / kPage]) * kPageBytes + size_t(d) * 16);
+          Bytes16 v{};  // a page half is read where one of its keys is valid
+          if (key0 + kp0 < hi && key0 + kp0 + kPage > lo) v = load16(vc + size_t(m.pages[kp0 / kPage]) * kPageBytes + size_t(d) * 16);
           for (int j = 0; j < 16; ++j) vb[16 * half + j] = valid(kp0 + j) || K4_MUTANT_ON(16) ? v.b[j] : uint8_t(0);
         }
         int32_t vi[kBlockK];
@@ -225,6 +229,11 @@ struct SplitBody {
       }
       for (int h = 0; h < 4; ++h) {
         const int hh = hg * 4 + h;
+        if (mode == kAtomVllm) {  // V4.3: o_run = (o_run * factor) + (vs * acc)
+          const float factor = exp2_approx((m.m_run[hh] - m.mx[hh]) * kLog2e);
+          m.o_run[hh * kHeadDim + d] = (m.o_run[hh * kHeadDim + d] * factor) + (vsc[0] * acc[h]);
+          continue;
+        }
         float lsum = m.ls[hh];
         for (int w = 1; w < kWaves; ++w) lsum = lsum + m.ls[(K4_MUTANT_ON(19) ? kWaves - w : w) * kHeads + hh];
         const float inv_l = 1.0f / (lsum > 0.0f || K4_MUTANT_ON(20) ? lsum : 1.0f);
@@ -235,6 +244,63 @@ struct SplitBody {
           a.m[(size_t(r) * S * NS + ts) * kHeads + hh] = canon_nan(m.mx[hh]);
           a.l[(size_t(r) * S * NS + ts) * kHeads + hh] = canon_nan(lsum);
         }
+      }
+    });
+    if (mode != kAtomVllm) return;
+    // V4.3: l_run = (factor * l_run) + lsum, m_run = max(M, m_run), after every o_run used them
+    c.each(kHeads, [&](int h) {
+      const float factor = exp2_approx((m.m_run[h] - m.mx[h]) * kLog2e);
+      float lsum = m.ls[h];
+      for (int w = 1; w < kWaves; ++w) lsum = lsum + m.ls[w * kHeads + h];
+      m.l_run[h] = (factor * m.l_run[h]) + lsum;
+      m.m_run[h] = m.mx[h];
+    });
+  }
+
+  template <class Ctx>
+  K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
+    const DevCfg& cfg = a.cfg;
+    const int NS = cfg.n_split, tok = c.bx / NS, t = c.bx % NS, r = c.by, S = a.tokens, OK = cfg.o_k;
+    SmemCarver cv{smem};
+    const Smem m = carve(cv);
+    const int32_t* table = a.sparse_table + (size_t(r) * S + tok) * cfg.table_words;
+    const uint16_t* q = a.q + (size_t(r) * S + tok) * OK;
+
+    // q -> E4M3, no clamp (fp8_pack4 (seed:L743)); n_ctx; ATOM's running state from (NEG, +0, +0)
+    c.each(OK, [&](int i) {
+      const uint8_t b = e4m3_bits(bf16_to_f32(q[i]), K4_MUTANT_ON(14) ? Fp8Overflow::Saturate : Fp8Overflow::NoSaturate);
+      m.q8[i] = b;
+      m.q_int[i] = e4m3_to_int_x512(b);
+      if (t == 0) a.q8[(size_t(r) * S + tok) * OK + i] = b;
+      if (i == 0) m.pages[kSplitKeys / kPage] = table[cfg.table_words - 1];
+      if (i < kHeads * kHeadDim) m.o_run[i] = 0.0f;
+      if (i < kHeads) m.m_run[i] = kNegScore, m.l_run[i] = 0.0f;
+    });
+    const int n_ctx = m.pages[kSplitKeys / kPage];
+    c.each(kHeads * kChunks, [&](int i) {
+      bool nan = false;
+      for (int j = 0; j < kBlockK; ++j) nan |= e4m3_is_nan(m.q8[i * kBlockK + j]);
+      m.qnan[i] = nan ? 1 : 0;
+    });
+    if (cfg.kv_scale != kAtomVllm) {
+      tile(c, m, t, 0, n_ctx);
+      return;
+    }
+    // V4.3: split t covers [t span, min(t span + span, n_ctx)), span = ceil(n_ctx / 8), over the
+    // 256-key tiles it meets in ascending order; o = bf16(o_run * (1 / (l_run > 0 ? l_run : 1)))
+    const int span = (n_ctx + NS - 1) / NS, begin = t * span, end = begin + span < n_ctx ? begin + span : n_ctx;
+    const int tau_end = begin < end ? (end + kSplitKeys - 1) / kSplitKeys : 0;
+    for (int tau = begin / kSplitKeys; tau < tau_end; ++tau) tile(c, m, tau, begin, end);
+    const size_t ts = size_t(tok) * NS + t;
+    c.each(kHeads * kHeadDim, [&](int i) {
+      const int hh = i / kHeadDim, d = i % kHeadDim;
+      const float lr = m.l_run[hh];
+      uint16_t ob = bf16_bits_rne(m.o_run[i] * (1.0f / (lr > 0.0f ? lr : 1.0f)));
+      if (kPlantStage == 1 && r == 0 && ts == 0 && i == 0) ob ^= 1;
+      a.o[(size_t(r) * S * NS + ts) * OK + i] = ob;
+      if (d == 0) {
+        a.m[(size_t(r) * S * NS + ts) * kHeads + hh] = canon_nan(m.m_run[hh]);
+        a.l[(size_t(r) * S * NS + ts) * kHeads + hh] = canon_nan(lr);
       }
     });
   }
@@ -249,9 +315,10 @@ void launch_split_attention(const SplitArgs& a, hipStream_t s) {
     throw std::invalid_argument("split kernel: needs 16 heads of 128, 256 keys a partition, 8 waves, 16-key pages");
   SmemSize sz;
   sz.add<float>(kHeads * kSplitKeys).add<int32_t>(kHeads * kSplitKeys).add<int32_t>(kHeads * kHeadDim);
-  sz.add<uint8_t>(kHeads * kHeadDim).add<uint8_t>(kHeads * kSplitKeys).add<uint8_t>(kHeads * kChunks);
-  sz.add<uint8_t>(kHeads * kWaves).add<float>(kHeads).add<float>(kWaves * kHeads).add<float>(4 + kWaves).add<float>(kSplitKeys);
-  sz.add<int32_t>(kSplitKeys / kPage + 1);
+  sz.add<float>(kHeads * kWaves * 16).add<uint8_t>(kHeads * kHeadDim).add<uint8_t>(kHeads * kSplitKeys);
+  sz.add<uint8_t>(kHeads * kChunks).add<uint8_t>(kHeads * kWaves).add<float>(kHeads).add<float>(kWaves * kHeads);
+  sz.add<float>(4 + kWaves).add<float>(kSplitKeys).add<int32_t>(kSplitKeys / kPage + 1);
+  sz.add<float>(kHeads * kHeadDim).add<float>(kHeads).add<float>(kHeads);
   launch(SplitBody{a}, Grid{a.tokens * cfg.n_split, a.ranks, 1}, 512, sz.used, s);
 }
 

@@ -33,7 +33,7 @@ const std::vector<VariantSwitch>& variant_switches() {
        [](const Variant& v) { return int(v.wide_down_order); },
        [](Variant& v, int i) { v.wide_down_order = WideDownOrder(i); }},
       {"split.kv_scale", "V4", "the split's K / V scales: one a key, one a cache (aiter), vLLM's static 448, ATOM's vllm cache",
-       {"per_key", "scalar", "static448", "atom_vllm"}, {true, true, false, false},
+       {"per_key", "scalar", "static448", "atom_vllm"}, {true, true, true, true},
        [](const Variant& v) { return int(v.kv_scale); },
        [](Variant& v, int i) { v.kv_scale = KvScale(i); }},
       {"moe.narrow_final", "V5.1", "the narrow down's final sum: one chain (seed) or routed and shared chains added (ATOM)",

@@ -13,6 +13,14 @@
 //   (a partition with no valid key: m = NEG, l = 256, o = +0)
 //   PV   = per wave mma_fp8_k32 over its 32 keys (from 0), waves summed in order
 //   o    = bf16((pscale * acc) * (1 / (l > 0 ? l : 1)))
+// The KV-scale modes (cfg.variant.kv_scale; docs/numerics.md §13 V4): scalar reads
+// k_scale[0] / v_scale[0] for every key; static448 (vLLM) has no vmax / fscale, P8 =
+// E4M3((valid ? 448 : 0) * p) and pscale = v_scale[0] / 448; atom_vllm (ATOM's
+// cache_mode="vllm") gives split t the keys [t span, min(t span + span, n_ctx)),
+// span = ceil(n_ctx / 8), over the 256-key tiles they meet, in order, by online softmax:
+// P8 = E4M3(p), o = (o * factor) + (v_scale[0] * PV), l = (factor * l) + lsum,
+// factor = exp2((m_run - max(M, m_run)) log2e); o = bf16(o * (1 / (l > 0 ? l : 1))); a split
+// with no key stores m = NEG, l = +0, o = +0.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -143,9 +143,16 @@ TEST_CASE("k4 golden --variant; the golden's variant attribute; inspect shows it
   r = cli::run(t, "golden --preset tiny --tokens 2 --context 300 --variant aiter,bogus --out " + t.path("x.h5"));
   CHECK(r.rc == 2);
   CHECK(r.err.find("variant 'aiter,bogus': unknown variant preset 'bogus'") != std::string::npos);
-  r = cli::run(t, "golden --preset tiny --tokens 2 --context 300 --variant vllm-mono --out " + t.path("x.h5"));
+  for (const char* kv : {"vllm-mono", "split.kv_scale=atom_vllm"}) {  // the KV-scale modes (V4) make goldens
+    const std::string out = t.path(std::string(kv).substr(0, 4) + ".h5");
+    r = cli::run(t, std::string("golden --preset tiny --tp 1 --tokens 2 --context 300 --variant ") + kv + " --out " + out);
+    CHECK(r.rc == 0);
+    r = cli::run(t, "inspect " + out);
+    CHECK(r.out.find(std::string("@variant = ") + (kv[0] == 'v' ? "vllm-mono\n" : "seed,split.kv_scale=atom_vllm\n")) != std::string::npos);
+  }
+  r = cli::run(t, "golden --preset tiny --tokens 2 --context 300 --variant index.cp=on --out " + t.path("x.h5"));
   CHECK(r.rc == 2);
-  CHECK(r.err.find("declared but not modelled yet: split.kv_scale = static448 (VARIANTS.md V4)") != std::string::npos);
+  CHECK(r.err.find("declared but not modelled yet: index.cp = on (VARIANTS.md V6.2)") != std::string::npos);
   r = cli::run(t, "golden --help");
   CHECK(r.out.find("moe.wide_down_order=flat|per_expert") != std::string::npos);
   CHECK(r.out.find("aiter  = seed,router.gate=f32,router.round_logit=false,moe.wide_live_rows=exclude_pad") != std::string::npos);

@@ -38,6 +38,7 @@ struct GoldenCase {
   int tp;
   Scenario scn;
   const char* kv_form = "auto";
+  const char* variant = "";  // a variant spec (reference/variant.hpp); empty: the scenario's
 };
 
 std::vector<GoldenCase> golden_cases() {
@@ -78,6 +79,10 @@ std::vector<GoldenCase> golden_cases() {
   v.push_back(v[0]);
   v.back().name = "selected KV form";
   v.back().kv_form = "selected";
+  add("vLLM static KV path (static448)", "tiny", 2, 6, {"long", "short", "0", "medium"});
+  v.back().variant = "split.kv_scale=static448";
+  add("ATOM vllm cache split (atom_vllm)", "tiny", 2, 7, {"long", "short", "medium", "0", "2000"});
+  v.back().variant = "split.kv_scale=atom_vllm";
   add("full preset TP4 S=16 long", "minimax-m3-tp4", 4, 16, {"long"});
   // R5.14: a wide step in which each distinct expert's NaN s2 scale meets the zero mid rows of
   // the tokens not routed to it (those rows NaN for every token; kernel mutant 67 gives +0)
@@ -102,6 +107,7 @@ struct TempDir {
 std::string make_golden(const GoldenCase& c, const std::string& path, uint64_t seed) {
   Config cfg = preset(c.preset, c.tp);
   apply_scenario(c.scn, cfg);
+  if (*c.variant) cfg.variant = parse_variant(c.variant);
   validate_scenario(c.scn, cfg);
   const LayerWeights w = synth::synthetic_layer(cfg, seed);
   const StepInputs in = make_inputs(cfg, c.scn, seed, &w);

@@ -353,13 +353,16 @@ TEST_CASE("sweep tiny small") {
     int tp;
     int kv_page_stride = 0;  // 0: the preset's (16)
     bool static_kv = false;
+    std::string variant = "";  // a variant spec (reference/variant.hpp); empty: the seed's
     std::string name() const {
       return preset + " tp" + std::to_string(tp) + (kv_page_stride ? " stride" + std::to_string(kv_page_stride) : "") +
-             (static_kv ? " static-kv" : "");
+             (static_kv ? " static-kv" : "") + (variant.empty() ? "" : " " + variant);
     }
   };
   const std::vector<Cfg> cfgs = {{"tiny", 1},  {"tiny", 2},  {"tiny", 4},        {"small", 1},
-                                 {"small", 2}, {"small", 4}, {"tiny", 2, 8},     {"tiny", 2, 0, true}};
+                                 {"small", 2}, {"small", 4}, {"tiny", 2, 8},     {"tiny", 2, 0, true},
+                                 {"tiny", 2, 0, false, "split.kv_scale=static448"},
+                                 {"tiny", 2, 0, false, "split.kv_scale=atom_vllm"}};
   std::vector<std::unique_ptr<LayerWeights>> layers;
   std::vector<std::unique_ptr<gpu::Runner>> runners;
   std::vector<std::unique_ptr<std::mutex>> mus;
@@ -367,6 +370,7 @@ TEST_CASE("sweep tiny small") {
     Config cfg = preset(cfgs[ci].preset, cfgs[ci].tp);
     if (cfgs[ci].kv_page_stride) cfg.kv_page_stride = cfgs[ci].kv_page_stride;
     if (cfgs[ci].static_kv) cfg.variant.kv_scale = KvScale::scalar;
+    if (!cfgs[ci].variant.empty()) cfg.variant = parse_variant(cfgs[ci].variant);
     cfg.validate();
     layers.push_back(std::make_unique<LayerWeights>(test::random_layer(cfg, 1000 + ci)));
     runners.push_back(std::make_unique<gpu::Runner>(*layers.back()));
@@ -390,7 +394,7 @@ TEST_CASE("sweep tiny small") {
           for (int k = 0; k + 1 < S && q_len > 1; ++k)
             if ((k + 1) % q_len != 0) seq[k + 1] = std::max(seq[k], 0) + 1;  // row k+1 follows row k
           c.spec = {S, seq, q_len, sd};
-          c.tag = kClasses[cl] + (cfgs[ci].kv_page_stride || cfgs[ci].static_kv ? ", " + cfgs[ci].name() : "");
+          c.tag = kClasses[cl] + (cfgs[ci].kv_page_stride || cfgs[ci].static_kv || !cfgs[ci].variant.empty() ? ", " + cfgs[ci].name() : "");
           batch.push_back(c);
           slots.push_back({layers[ci].get(), runners[ci].get(), mus[ci].get()});
           cell.push_back({ci, S * 4 + cl});

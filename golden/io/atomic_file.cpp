@@ -55,7 +55,7 @@ int remove_stale_temporaries(const std::string& path) {
     const std::string digits = name.substr(prefix.size());
     if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
     const pid_t pid = pid_t(std::stol(digits));
-    if (pid == guard::owner_pid()) continue;
+    if (pid == getpid()) continue;
     if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge): keep
     std::error_code rec;
     if (fs::remove(it->path(), rec)) ++removed;
@@ -68,9 +68,9 @@ AtomicOutput::AtomicOutput(const std::string& path, bool overwrite) : path_(path
   const fs::path p(path);
   std::error_code ec;
   remove_stale_temporaries(path);
-  guard::note_output(path);  // a crashed child's temporary is removed by the guarded parent
-  temp_ = temporary_path(path, guard::owner_pid());
+  temp_ = temporary_path(path, int(getpid()));
   fs::remove(temp_, ec);
+  guard::note_temporary(temp_);  // a crash or a SIGTERM removes it (golden/io/crash_guard.hpp)
   g_written = 0;
 }
 
@@ -78,6 +78,7 @@ AtomicOutput::~AtomicOutput() {
   if (!done_) {
     std::error_code ec;
     fs::remove(temp_, ec);  // never throws
+    guard::forget_temporary(temp_);
   }
 }
 
@@ -103,6 +104,7 @@ void AtomicOutput::commit() {
   fs::rename(temp_, path_, ec);
   if (ec) throw std::runtime_error("cannot rename " + temp_ + " to " + path_ + ": " + ec.message());
   done_ = true;
+  guard::forget_temporary(temp_);
   // the rename itself is on the disk once the directory is: a failure here loses nothing written
   if (const std::string why = sync_path(dir_of(fs::path(path_)).string(), O_RDONLY | O_DIRECTORY); !why.empty())
     std::fprintf(stderr, "warning: %s is complete but its directory could not be flushed (fsync): %s\n",

@@ -1,7 +1,7 @@
 // atomic_file.hpp -- an output file that appears only when complete.
 //
-// Writing goes to a temporary name in the target's directory (".NAME.tmp-PID", PID the k4
-// command's: golden/io/crash_guard.hpp); commit() flushes it to the disk (fsync), renames it onto
+// Writing goes to a temporary name in the target's directory (".NAME.tmp-PID"; a crash or a
+// SIGTERM of the command removes it: golden/io/crash_guard.hpp); commit() flushes it to the disk (fsync), renames it onto
 // the target and flushes the directory, so that after a crash or a power loss NAME is either
 // absent, the old file, or the whole new one (never a renamed but empty file). An existing target is refused unless overwrite was asked
 // (std::invalid_argument: bad input, exit code 2). If the writer throws before commit(),
@@ -35,8 +35,7 @@ class AtomicOutput {
   bool done_ = false;
 };
 
-// The temporary of PATH that process OWNER writes: "DIR/.NAME.tmp-OWNER". A guarded child
-// names its temporaries with its parent's pid (golden/io/crash_guard.hpp, owner_pid).
+// The temporary of PATH that process OWNER writes: "DIR/.NAME.tmp-OWNER".
 std::string temporary_path(const std::string& path, int owner);
 
 // Removes the ".NAME.tmp-<pid>" files of PATH left by processes that no longer run; returns

@@ -7,22 +7,16 @@
 #include <link.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <new>
 
-#include "golden/io/atomic_file.hpp"
 #include "golden/io/hdf5.hpp"
 
 // Present only in a sanitizer build (ASan, UBSan, TSan): called when a report ends the process.
@@ -31,31 +25,24 @@ extern "C" void __sanitizer_set_death_callback(void (*)(void)) __attribute__((we
 namespace k4::guard {
 namespace {
 
-constexpr int kMaxOutputs = 16;
 constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP};
-constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE};
+constexpr int kMaxTemps = 16;
 
-// The page the child writes and the parent reads after the child has ended.
-struct Shared {
-  volatile sig_atomic_t crashed;   // a crash signal or a sanitizer report was seen
-  volatile sig_atomic_t signo;     // its signal; 0 for a sanitizer report
-  volatile sig_atomic_t in_hdf5;   // libhdf5 was on the crashing stack
-  volatile sig_atomic_t finished;  // the command had returned (a report at exit: leaks)
-  char hdf5_file[2048];            // the file of the last libhdf5 call
-  int n_outputs;
-  char outputs[kMaxOutputs][1024];
-};
-
-Shared* g_shared = nullptr;                      // set in a guarded child only
-pid_t g_parent = 0;                              // the guarded child's parent
+// What a handler needs, written before it can run (no allocation in a handler).
+char g_tool[128];                      // "k4 diff"
+char g_version[32];                    // libhdf5's
+char g_hdf5_file[2048];                // the file of the last libhdf5 call
+char g_temps[kMaxTemps][1024];         // the temporaries being written
+volatile sig_atomic_t g_temp_used[kMaxTemps];
+volatile sig_atomic_t g_active = 0;    // run() installed the handlers
+volatile sig_atomic_t g_finished = 0;  // the command had returned (a report at exit: leaks)
 struct Range { uintptr_t lo, hi; };
 constexpr int kMaxRanges = 1 << 14;
-Range g_ranges[kMaxRanges];                      // sorted by lo once prepare() ran
-int g_nranges = -1;                              // -1: not looked up yet
-void (*g_on_hdf5)(int) = nullptr;                // in-process mode
+Range g_ranges[kMaxRanges];            // libhdf5's code, sorted by lo once prepare() ran
+int g_nranges = -1;                    // -1: not looked up yet
+void (*g_on_hdf5)(int) = nullptr;      // install_in_process
 struct sigaction g_old[NSIG];
-volatile pid_t g_child = 0;
-volatile sig_atomic_t g_forwarded = 0;
 alignas(16) char g_altstack[1 << 16];
 
 int add_ranges(dl_phdr_info* info, size_t, void*) {
@@ -148,7 +135,8 @@ uintptr_t fault_pc(void* uc) {
 #endif
 }
 
-// Async-signal-safe once prepare() ran: the faulting instruction, then every frame.
+// Async-signal-safe once prepare() ran: the faulting instruction, then every frame (a fault
+// in libc's memcpy called by libhdf5 is libhdf5's).
 bool stack_in_hdf5(void* uc) {
   if (in_libhdf5(reinterpret_cast<const void*>(fault_pc(uc)))) return true;
   void* frames[128];
@@ -158,18 +146,67 @@ bool stack_in_hdf5(void* uc) {
   return false;
 }
 
-void record(int signo, bool h5) {
-  if (!g_shared || g_shared->crashed) return;  // the first report is the cause (ASan's abort follows it)
-  g_shared->signo = signo;
-  g_shared->in_hdf5 = h5;
-  g_shared->crashed = 1;
+int remove_temporaries() {  // async-signal-safe: unlink(2)
+  int removed = 0;
+  for (int i = 0; i < kMaxTemps; ++i)
+    if (g_temp_used[i] && unlink(g_temps[i]) == 0) ++removed;
+  return removed;
 }
 
-// The child's handler: record, then die of the signal as before (SA_RESETHAND restored the
-// default action; a hardware fault re-faults on return, abort() raises again).
-void child_handler(int sig, siginfo_t*, void* uc) {
-  record(sig, stack_in_hdf5(uc));
-  if (sig != SIGSEGV && sig != SIGBUS && sig != SIGILL && sig != SIGFPE) raise(sig);
+// A message assembled in a fixed buffer and written with one write(2).
+struct Message {
+  char buf[4096];
+  size_t n = 0;
+  Message& operator<<(const char* s) {
+    const size_t k = s ? std::min(std::strlen(s), sizeof buf - 2 - n) : 0;
+    std::memcpy(buf + n, s, k);
+    n += k;
+    return *this;
+  }
+  Message& signal(int sig) {  // "SIGSEGV, Segmentation fault": glibc's tables, no strsignal
+    return sig ? *this << "SIG" << sigabbrev_np(sig) << ", " << sigdescr_np(sig) : *this << "a sanitizer report";
+  }
+  void write_out() {
+    buf[n++] = '\n';
+    const ssize_t rc = ::write(STDERR_FILENO, buf, n);
+    (void)rc;
+  }
+};
+
+// The end of a crashed command: the message, its temporaries removed, exit 2 or 70.
+[[noreturn]] void end_crashed(int sig, void* uc) {
+  const bool corrupt = !g_finished && stack_in_hdf5(uc);
+  const bool removed = remove_temporaries() > 0;
+  Message m;
+  if (corrupt) {
+    m << g_tool << ": error: libhdf5 " << g_version << " crashed (";
+    m.signal(sig) << ") on ";
+    if (g_hdf5_file[0]) m << "HDF5 file '" << g_hdf5_file << "'";
+    else m << "an HDF5 file";
+    m << ": the file is corrupt (libhdf5 crashes on some damaged files before it can report an error).";
+  } else if (g_finished) {
+    m << g_tool << ": internal error: ";
+    m.signal(sig) << " after the command had finished (a sanitizer report at exit, such as leaks): a bug in k4, "
+                  << "not in your files.";
+  } else {
+    m << g_tool << ": internal error: k4 crashed (";
+    m.signal(sig) << ") outside libhdf5: a bug in k4, not in your files; please report it with the command line "
+                  << "(K4_NO_GUARD=1 runs it without the crash handlers, for a core dump).";
+  }
+  if (removed) m << " Its unfinished outputs were removed.";
+  m.write_out();
+  _exit(corrupt ? 2 : 70);
+}
+
+void crash_handler(int sig, siginfo_t*, void* uc) { end_crashed(sig, uc); }
+
+void death_callback() { end_crashed(0, nullptr); }  // a sanitizer report is ending the process
+
+// The temporaries removed, the signal's own action: k4 dies of it once the handler returns.
+void stop_handler(int sig) {
+  remove_temporaries();
+  signal(sig, SIG_DFL);
+  raise(sig);
 }
 
 void chain(int sig, siginfo_t* info, void* uc) {
@@ -192,11 +229,7 @@ void in_process_handler(int sig, siginfo_t* info, void* uc) {
   chain(sig, info, uc);
 }
 
-void death_callback() {  // a sanitizer report is ending the child
-  if (g_shared) record(0, stack_in_hdf5(nullptr));
-}
-
-void install(void (*handler)(int, siginfo_t*, void*), int flags) {
+void install_crash_handlers(void (*handler)(int, siginfo_t*, void*), int flags) {
   stack_t ss{};
   ss.ss_sp = g_altstack;
   ss.ss_size = sizeof g_altstack;
@@ -210,15 +243,22 @@ void install(void (*handler)(int, siginfo_t*, void*), int flags) {
   }
 }
 
-void forward(int sig) {
-  g_forwarded = sig;
-  if (g_child > 0) kill(g_child, sig);
+void install_stop_handlers() {
+  for (int sig : kStopSignals) {
+    struct sigaction old {};
+    sigaction(sig, nullptr, &old);
+    if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN) continue;  // nohup's, a pipe's writer's
+    struct sigaction sa {};
+    sa.sa_handler = stop_handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
+  }
 }
 
-std::string signal_name(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  const char* desc = strsignal(sig);
-  return std::string("SIG") + (abbrev ? abbrev : std::to_string(sig).c_str()) + (desc ? std::string(", ") + desc : "");
+void copy_into(char* dst, size_t cap, const std::string& s) {
+  const size_t n = std::min(s.size(), cap - 1);
+  std::memcpy(dst, s.data(), n);
+  dst[n] = 0;
 }
 
 bool guard_off() {
@@ -226,25 +266,9 @@ bool guard_off() {
   return e && *e && std::strcmp(e, "0") != 0;
 }
 
-std::string crash_message(const std::string& tool, const Shared& sh, bool corrupt, int n_removed) {
-  const std::string what = sh.signo ? signal_name(sh.signo) : std::string("a sanitizer report");
-  const std::string removed = n_removed > 0 ? " Its unfinished outputs were removed." : "";
-  if (corrupt) {
-    const std::string file = sh.hdf5_file[0] ? "HDF5 file '" + std::string(sh.hdf5_file) + "'" : "an HDF5 file";
-    return tool + ": error: libhdf5 " + h5::library_version() + " crashed (" + what + ") on " + file +
-           ": the file is corrupt (libhdf5 crashes on some damaged files before it can report an error; k4 ran the "
-           "command in a child process to tell you)." + removed;
-  }
-  if (sh.finished)
-    return tool + ": internal error: " + what + " after the command had finished (a sanitizer report at exit, "
-           "such as leaks): a bug in k4, not in your files." + removed;
-  return tool + ": internal error: k4 crashed (" + what + ") outside libhdf5: a bug in k4, not in your files; "
-         "please report it with the command line (K4_NO_GUARD=1 runs it in one process, for a debugger)." + removed;
-}
-
-// K4_GUARD_SELFTEST=libhdf5 | k4: the child crashes inside libhdf5 (a bad pointer handed to
-// H5Sget_simple_extent_dims, which writes through it) or in our code, before the command: the
-// check that this binary's guard classifies both (the static device build included).
+// K4_GUARD_SELFTEST=libhdf5 | k4: a crash inside libhdf5 (a bad pointer handed to
+// H5Sget_simple_extent_dims, which writes through it) or in our code, before the command:
+// the check that this binary's guard classifies both (the static device build included).
 void self_test() {
   const char* t = std::getenv("K4_GUARD_SELFTEST");
   if (!t || !*t) return;
@@ -260,124 +284,59 @@ void self_test() {
   }
 }
 
-[[noreturn]] void child_main(Shared* sh, pid_t parent, const std::function<int()>& fn) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(1);  // the parent died before prctl
-  g_shared = sh;
-  g_parent = parent;
-  install(child_handler, SA_RESETHAND);
-  if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(death_callback);
-  int rc = 1;
-  try {
-    self_test();
-    rc = fn();
-  } catch (...) {  // fn is main's body and catches what it expects; this is the last resort
-    std::fprintf(stderr, "k4: internal error: an exception escaped the command\n");
-    rc = 70;
-  }
-  sh->finished = 1;
-  std::fflush(nullptr);
-  std::exit(rc);
-}
-
 }  // namespace
-
-int owner_pid() { return g_parent ? g_parent : getpid(); }
 
 bool in_libhdf5(const void* pc) {
   if (g_nranges < 0) prepare();  // not from a handler: prepare() ran before any was installed
-  const uintptr_t p = reinterpret_cast<uintptr_t>(pc);
-  int lo = 0, hi = g_nranges;  // the last range starting at or below p
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (g_ranges[mid].lo <= p) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo > 0 && p < g_ranges[lo - 1].hi;
+  const uintptr_t p = reinterpret_cast<uintptr_t>(pc);  // in the last range starting at or below p?
+  const Range* r = std::upper_bound(g_ranges, g_ranges + g_nranges, p, [](uintptr_t v, const Range& x) { return v < x.lo; });
+  return r != g_ranges && p < r[-1].hi;
 }
 
 void note_hdf5_file(const std::string& file) {
-  if (!g_shared) return;
-  const size_t n = std::min(file.size(), sizeof g_shared->hdf5_file - 1);
-  std::memcpy(g_shared->hdf5_file, file.data(), n);
-  g_shared->hdf5_file[n] = 0;
+  if (g_active) copy_into(g_hdf5_file, sizeof g_hdf5_file, file);
 }
 
-void note_output(const std::string& path) {
-  if (!g_shared || g_shared->n_outputs >= kMaxOutputs || path.size() >= sizeof g_shared->outputs[0]) return;
-  for (int i = 0; i < g_shared->n_outputs; ++i)
-    if (path == g_shared->outputs[i]) return;
-  std::memcpy(g_shared->outputs[g_shared->n_outputs], path.c_str(), path.size() + 1);
-  ++g_shared->n_outputs;
+void note_temporary(const std::string& temp) {
+  if (temp.size() >= sizeof g_temps[0]) return;
+  for (int i = 0; i < kMaxTemps; ++i) {
+    if (g_temp_used[i]) continue;
+    copy_into(g_temps[i], sizeof g_temps[i], temp);
+    g_temp_used[i] = 1;  // after the name: a handler never reads half of one
+    return;
+  }
+}
+
+void forget_temporary(const std::string& temp) {
+  for (int i = 0; i < kMaxTemps; ++i)
+    if (g_temp_used[i] && temp == g_temps[i]) g_temp_used[i] = 0;
 }
 
 void install_in_process(void (*on_hdf5)(int)) {
   prepare();
   g_on_hdf5 = on_hdf5;
-  install(in_process_handler, 0);
-}
-
-Result run_child(const std::string& tool, const std::function<int()>& fn) {
-  if (guard_off()) return {Outcome::Exited, fn(), ""};
-  prepare();
-  void* page = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (page == MAP_FAILED) return {Outcome::Exited, fn(), ""};  // no guard rather than no run
-  auto* sh = new (page) Shared{};
-  std::fflush(nullptr);  // buffered output must not be written twice
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    munmap(page, sizeof(Shared));
-    return {Outcome::Exited, fn(), ""};
-  }
-  if (pid == 0) child_main(sh, parent, fn);
-
-  g_child = pid;
-  g_forwarded = 0;
-  struct sigaction old[sizeof kForwarded / sizeof *kForwarded];
-  for (size_t i = 0; i < sizeof kForwarded / sizeof *kForwarded; ++i) {
-    struct sigaction sa {};
-    sa.sa_handler = forward;
-    sigemptyset(&sa.sa_mask);
-    sigaction(kForwarded[i], &sa, &old[i]);
-  }
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  for (size_t i = 0; i < sizeof kForwarded / sizeof *kForwarded; ++i) sigaction(kForwarded[i], &old[i], nullptr);
-  g_child = 0;
-
-  int n_removed = 0;
-  for (int i = 0; i < sh->n_outputs; ++i) {  // the child is gone: its temporaries (named with this pid) too
-    std::error_code ec;
-    n_removed += std::filesystem::remove(temporary_path(sh->outputs[i], getpid()), ec) ? 1 : 0;
-  }
-  Result r;
-  const bool died = WIFSIGNALED(st);
-  if (sh->crashed && (died || WEXITSTATUS(st) != 0)) {
-    const bool corrupt = sh->in_hdf5 && !sh->finished;
-    r = {corrupt ? Outcome::CorruptHdf5 : Outcome::InternalCrash, corrupt ? 2 : 70, crash_message(tool, *sh, corrupt, n_removed)};
-  } else if (died) {
-    const int sig = WTERMSIG(st);
-    r = {Outcome::Killed, sig, ""};
-    if (sig != g_forwarded && sig != SIGPIPE)
-      r.message = tool + ": the command was killed by " + signal_name(sig) +
-                  (sig == SIGKILL ? " (by the out-of-memory killer?)" : "") + ".";
-  } else {
-    r = {Outcome::Exited, WEXITSTATUS(st), ""};
-  }
-  munmap(page, sizeof(Shared));
-  return r;
+  install_crash_handlers(in_process_handler, 0);
 }
 
 int run(const std::string& tool, const std::function<int()>& fn) {
-  const Result r = run_child(tool, fn);
-  if (!r.message.empty()) std::fprintf(stderr, "%s\n", r.message.c_str());
-  if (r.outcome != Outcome::Killed) return r.status;
-  std::fflush(nullptr);
-  signal(r.status, SIG_DFL);
-  raise(r.status);  // die as the child died
-  return 128 + r.status;
+  if (guard_off()) return fn();
+  prepare();
+  copy_into(g_tool, sizeof g_tool, tool);
+  copy_into(g_version, sizeof g_version, h5::library_version());
+  install_crash_handlers(crash_handler, SA_RESETHAND);  // a fault in the handler dies of it
+  install_stop_handlers();
+  if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(death_callback);
+  g_active = 1;
+  int rc = 1;
+  try {
+    self_test();
+    rc = fn();
+  } catch (...) {  // fn is main's body and catches what it expects; this is the last resort
+    std::fprintf(stderr, "%s: internal error: an exception escaped the command\n", g_tool);
+    rc = 70;
+  }
+  g_finished = 1;
+  return rc;
 }
 
 }  // namespace k4::guard

@@ -1,22 +1,25 @@
 // test_crash_guard.cpp -- golden/io/crash_guard.hpp: a corrupt HDF5 file that crashes libhdf5
-// ends in a clear error and exit 2; our own crashes are internal errors (70); a killed
-// command dies of its signal; a crashed command leaves no partial output.
+// ends in a clear error and exit 2; our own crashes are internal errors (70); an interrupted
+// command dies of its signal; a crashed or interrupted command leaves no partial output.
 //
-// In process: guard::run_child on functions that crash inside libhdf5 (a bad pointer handed
-// to H5Sget_simple_extent_dims), outside it (a null store, abort), or are killed. Through the
-// k4 binary: the corrupt files fuzzing found (tests/fuzz/libhdf5/), which crash libhdf5
-// 1.10.8 inside H5Aexists; with K4_NO_GUARD=1 the same runs crash (the planted failure:
-// the guard is what makes them clean).
+// In a forked child (the guard ends the process it guards): guard::run on functions that
+// crash inside libhdf5 (a bad pointer handed to H5Sget_simple_extent_dims), outside it (a
+// fault at an unmapped page, abort), or are stopped. Through the k4 binary: the corrupt files
+// fuzzing found (tests/fuzz/libhdf5/), which crash libhdf5 1.10.8 inside H5Aexists; with
+// K4_NO_GUARD=1 the same runs crash (the planted failure: the guard is what makes them clean).
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <doctest/doctest.h>
 #include <hdf5.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -78,16 +81,35 @@ const FuzzGolden& fuzz_golden() {
   return g;
 }
 
+// guard::run("k4 test", FN) in a forked child, its stderr captured: how the child ended.
+Run guarded(const std::function<int()>& fn) {
+  TempDir t("guard");
+  const std::string err = t.path("stderr");
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) _exit(99);
+    const int rc = guard::run("k4 test", fn);
+    std::fflush(nullptr);
+    _exit(rc);
+  }
+  int st = 0;
+  REQUIRE(waitpid(pid, &st, 0) == pid);
+  Run r{WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0, "", cli::slurp(err)};
+  return r;
+}
+
 }  // namespace
 
 TEST_SUITE("crash_guard") {
 
 TEST_CASE("crash guard: a command that returns passes its exit status through, and nothing else") {
-  const guard::Result r = guard::run_child("t", [] { return 3; });
-  CHECK(r.outcome == guard::Outcome::Exited);
-  CHECK(r.status == 3);
-  CHECK(r.message.empty());
-  CHECK(guard::run_child("t", [] { return 0; }).status == 0);
+  const Run r = guarded([] { return 3; });
+  CHECK(r.signal == 0);
+  CHECK(r.rc == 3);
+  CHECK(r.err.empty());
+  CHECK(guarded([] { return 0; }).rc == 0);
 }
 
 TEST_CASE("crash guard: the classification knows libhdf5's code from ours") {
@@ -100,44 +122,44 @@ TEST_CASE("crash guard: the classification knows libhdf5's code from ours") {
 }
 
 TEST_CASE("crash guard: a crash inside libhdf5 reads as a corrupt file: exit 2, the file named") {
-  const guard::Result r = guard::run_child("k4 test", crash_in_libhdf5);
-  CHECK(r.outcome == guard::Outcome::CorruptHdf5);
-  CHECK(r.status == 2);
-  INFO(r.message);
-  CHECK(contains(r.message, "k4 test: error: libhdf5 " + h5::library_version() + " crashed ("));
-  CHECK(contains(r.message, "on HDF5 file 'the-file-being-read.h5': the file is corrupt"));
+  const Run r = guarded(crash_in_libhdf5);
+  CHECK(r.signal == 0);
+  CHECK(r.rc == 2);
+  INFO(r.err);
+  CHECK(contains(r.err, "k4 test: error: libhdf5 " + h5::library_version() + " crashed (SIGSEGV"));
+  CHECK(contains(r.err, "on HDF5 file 'the-file-being-read.h5': the file is corrupt"));
 }
 
 TEST_CASE("crash guard: a crash in k4's code is an internal error (70), never blamed on a file") {
-  guard::Result r = guard::run_child("k4 test", [] {
+  Run r = guarded([] {
     guard::note_hdf5_file("innocent.h5");
     return crash_here();
   });
-  CHECK(r.outcome == guard::Outcome::InternalCrash);
-  CHECK(r.status == 70);
-  INFO(r.message);
-  CHECK(contains(r.message, "k4 test: internal error: "));
-  CHECK(!contains(r.message, "innocent.h5"));
-  CHECK(!contains(r.message, "outputs were removed"));  // it had begun none
-  r = guard::run_child("k4 test", []() -> int { std::abort(); });
-  CHECK(r.outcome == guard::Outcome::InternalCrash);
-  CHECK(r.status == 70);
+  CHECK(r.signal == 0);
+  CHECK(r.rc == 70);
+  INFO(r.err);
+  CHECK(contains(r.err, "k4 test: internal error: k4 crashed (SIGSEGV"));
+  CHECK(!contains(r.err, "innocent.h5"));
+  CHECK(!contains(r.err, "outputs were removed"));  // it had begun none
+  r = guarded([]() -> int { std::abort(); });
+  CHECK(r.signal == 0);
+  CHECK(r.rc == 70);
+  CHECK(contains(r.err, "k4 test: internal error: k4 crashed (SIGABRT"));
 }
 
-TEST_CASE("crash guard: a command killed by a signal is reported as killed, with that signal") {
-  const guard::Result r = guard::run_child("k4 test", [] {
+TEST_CASE("crash guard: a command killed by a signal dies of it, as without the guard") {
+  const Run r = guarded([] {
     raise(SIGKILL);
     return 0;
   });
-  CHECK(r.outcome == guard::Outcome::Killed);
-  CHECK(r.status == SIGKILL);
-  CHECK(contains(r.message, "k4 test: the command was killed by SIGKILL"));
+  CHECK(r.signal == SIGKILL);
+  CHECK(r.err.empty());
 }
 
 TEST_CASE("crash guard: a crashed command's unfinished output is removed; a finished one stays") {
   TempDir t("guard");
   const std::string out = t.path("o.bin"), done = t.path("done.bin");
-  const guard::Result r = guard::run_child("k4 test", [&] {
+  const Run r = guarded([&] {
     {
       AtomicOutput d(done, false);
       std::ofstream(d.temp_path()) << "complete";
@@ -145,20 +167,28 @@ TEST_CASE("crash guard: a crashed command's unfinished output is removed; a fini
     }
     AtomicOutput o(out, false);
     std::ofstream(o.temp_path()) << "half of it";
-    if (o.temp_path() != temporary_path(out, guard::owner_pid())) return 5;  // (no CHECK in the child)
+    if (o.temp_path() != temporary_path(out, int(getpid()))) return 5;  // (no CHECK in the child)
     return crash_in_libhdf5();
   });
-  CHECK(r.outcome == guard::Outcome::CorruptHdf5);
-  CHECK(contains(r.message, "Its unfinished outputs were removed."));
+  CHECK(r.rc == 2);
+  CHECK(contains(r.err, "Its unfinished outputs were removed."));
   CHECK(t.entries() == std::vector<std::string>{"done.bin"});
   CHECK(cli::slurp(done) == "complete");
 }
 
-TEST_CASE("crash guard: a guarded child names its temporaries with the parent's pid") {
-  const int parent = int(getpid());
-  const guard::Result r = guard::run_child("t", [&] { return guard::owner_pid() == parent && getpid() != parent ? 0 : 1; });
-  CHECK(r.status == 0);
-  CHECK(guard::owner_pid() == parent);
+TEST_CASE("crash guard: SIGTERM and SIGINT remove the unfinished output; the command dies of the signal") {
+  for (const int sig : {SIGTERM, SIGINT}) {
+    CAPTURE(sig);
+    TempDir t("guard");
+    const Run r = guarded([&] {
+      AtomicOutput o(t.path("o.bin"), false);
+      std::ofstream(o.temp_path()) << "half of it";
+      raise(sig);
+      return 0;
+    });
+    CHECK(r.signal == sig);
+    CHECK(t.entries().empty());
+  }
 }
 
 TEST_CASE("crash guard: the corrupt files that crash libhdf5 1.10.8 end in exit 2 and a message from every k4 reader") {

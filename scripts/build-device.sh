@@ -8,7 +8,7 @@
 #   scripts/build-device.sh --all           also the CPU targets (k4, k4_tests) the same way
 #   scripts/build-device.sh TARGET...       just those targets
 #
-# Then, on the GPU machine (device tool, carry build-cuda):  build-cuda/k4_gpu_tests
+# Then, on the GPU machine (with build-cuda/ copied there):  build-cuda/k4_gpu_tests
 # Environment: CUDACXX / K4_NVCC (default /usr/local/cuda/bin/nvcc), K4_CUDA_ARCH (90),
 # K4_BUILD_JOBS (ninja's default).
 set -euo pipefail

@@ -5,7 +5,8 @@
 #   scripts/gpu-suite.sh build     HERE (no GPU needed): scripts/build-device.sh, then the six
 #                                  planted variants (K4_PLANT_STAGE=0..5: stage N's kernel flips
 #                                  one bit of its output), all copied, stripped, into
-#                                  build-cuda-suite/ (ignored; ~20 MB: carry it)
+#                                  build-cuda-suite/ (ignored; ~20 MB: copy it to the GPU
+#                                  machine's checkout)
 #                                  and k4_gpu_tests_mutants (every kernel mutant of device/mutants.hpp
 #                                  compiled in, chosen at run time)
 #   scripts/gpu-suite.sh run       ON THE GPU MACHINE, from the repository root:
@@ -17,10 +18,6 @@
 #                                  HERE: the kernels' host emulation (no GPU; the CMake target
 #                                  k4_emu_tests), then ctest -L emulation or the doctest
 #                                  arguments given (e.g. -tc="plant probe")
-#
-# The device tool (2000 characters, 10 minutes a command):
-#   run(command="scripts/gpu-suite.sh run", carry=["build-cuda-suite"], timeout_s=600)
-#   run(command="scripts/gpu-suite.sh mutants", carry=["build-cuda-suite"], timeout_s=600)
 #
 # What `run` does, each step with its own time limit so that the whole ends in ~8 minutes:
 #   0. k4_gpu_tests -tc="plant probe"       one step through every stage; on failure: memcheck
@@ -236,7 +233,7 @@ run() {
 
   note "gpu-suite: $([[ $status -eq 0 ]] && echo ALL OK || echo FAILURES) (total $SECONDS s)"
   cat "$sum" >>"$log"
-  # the device tool brings back 8 files: the per-step logs go into one archive
+  # the per-step logs go into one archive: a few files to copy back
   (cd "$out" && tar czf logs.tar.gz ./*.log && rm -f plant?.log probe.log memcheck.log racecheck.log bench.log golden.log tools.log guard.log exact_mma.log)
   return $status
 }

@@ -40,6 +40,9 @@ struct LayerWeights {
   Config cfg;
   std::vector<RankWeights> ranks;         // tp entries
   std::shared_ptr<const ExpertSource> experts;
+  // The checkpoint's F32 router gate (n_routed, hidden) when it has one (the releases do):
+  // the gate a router.gate = f32 build reads; w_gate is its bf16 copy. Empty otherwise.
+  std::vector<float> gate_f32;
 };
 
 }  // namespace k4

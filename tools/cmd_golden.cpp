@@ -13,6 +13,7 @@
 
 #include "golden/io/atomic_file.hpp"
 #include "golden/inputs/checkpoint.hpp"
+#include "golden/inputs/hf_config.hpp"
 #include "golden/io/file_check.hpp"
 #include "golden/inputs/scenario.hpp"
 #include "golden/format/schema.hpp"
@@ -57,8 +58,8 @@ double since(std::chrono::steady_clock::time_point t) {
 }
 
 struct Opt {
-  std::string checkpoint, preset, variant, scenario, inputs, out, kv_form = "auto";
-  int tp = -1, layer = 0, threads = -1;
+  std::string checkpoint, preset, variant, scenario, inputs, out, kv_form = "auto", mx_scale = "even";
+  int tp = -1, layer = -1, threads = -1;
   uint64_t seed = 1, weight_seed = 1;
   bool force = false, progress = false;
   // The scenario options, one a row of scenario_keys() (override the scenario file).
@@ -116,6 +117,8 @@ void apply_scenario_options(const Opt& o, Scenario& scn) {
 // What the model runs on: the config, the step's inputs (made later from the scenario, or read
 // from an inputs file) and the scenario as the golden records it.
 struct Step {
+  std::shared_ptr<const Checkpoint> ck;  // --checkpoint's files, and its shape and layer
+  CheckpointShape shape;
   Config cfg;
   Scenario scn;
   StepInputs in;
@@ -143,6 +146,15 @@ Step step_from_inputs_file(const Opt& o) {
                                   ", not preset " + o.preset);
   }
   st.cfg = file_cfg;
+  if (!o.checkpoint.empty()) {  // the inputs file's config is the truth; config.json must agree
+    st.ck = std::make_shared<const Checkpoint>(o.checkpoint);
+    if (st.ck->config_json().empty()) {
+      st.shape.layer = o.layer < 0 ? 0 : o.layer;
+    } else {
+      st.shape = checkpoint_shape(*st.ck, "", file_cfg.tp, o.layer);
+      require_preset_agrees(st.shape.cfg, file_cfg, "checkpoint " + o.checkpoint + ": config.json");
+    }
+  }
   if (!o.variant.empty()) st.cfg.variant = parse_variant(o.variant), st.cfg.validate();
   st.scenario_json = "{\"inputs_file\": \"" + std::filesystem::path(o.inputs).filename().string() + "\"}";
   return st;
@@ -150,9 +162,15 @@ Step step_from_inputs_file(const Opt& o) {
 
 // --preset with --scenario and / or the scenario options.
 Step step_from_scenario(const Opt& o) {
-  if (o.preset.empty()) throw std::invalid_argument("--preset is required (or --inputs)");
   Step st;
-  st.cfg = preset(o.preset, o.tp);
+  if (!o.checkpoint.empty()) {  // the checkpoint's files and shape first: a bad one is refused before the scenario
+    st.ck = std::make_shared<const Checkpoint>(o.checkpoint);
+    st.shape = checkpoint_shape(*st.ck, o.preset, o.tp, o.layer);
+    st.cfg = st.shape.cfg;
+  } else {
+    if (o.preset.empty()) throw std::invalid_argument("--preset is required (or --inputs, or --checkpoint DIR with config.json)");
+    st.cfg = preset(o.preset, o.tp);
+  }
   if (!o.variant.empty()) st.cfg.variant = parse_variant(o.variant), st.cfg.validate();
   if (!o.scenario.empty()) st.scn = scenario_from_json(read_text(o.scenario), "scenario " + o.scenario);
   apply_scenario_options(o, st.scn);
@@ -169,8 +187,17 @@ Step step_from_scenario(const Opt& o) {
 int write_step_golden(const Opt& o, Step& st, std::chrono::steady_clock::time_point t0) {
   const bool from_scenario = o.inputs.empty();
   const auto tw = std::chrono::steady_clock::now();
-  LayerWeights w = o.checkpoint.empty() ? synth::synthetic_layer(st.cfg, o.weight_seed)
-                                        : load_checkpoint_layer(o.checkpoint, st.cfg, o.layer);
+  std::string weight_prep;
+  LayerWeights w;
+  if (st.ck) {
+    const prep::MxScale mx = prep::mx_scale_from(o.mx_scale);
+    weight_prep = plan_layer(*st.ck, st.cfg, st.shape.layer, mx).prep_json;
+    Progress lbar("load layer " + std::to_string(st.shape.layer) + " o_proj", o.progress, "rows");
+    w = load_checkpoint_layer(st.ck, st.cfg, st.shape.layer, mx, [&](uint64_t d, uint64_t t) { lbar.update(d, t); });
+    lbar.finish();
+  } else {
+    w = synth::synthetic_layer(st.cfg, o.weight_seed);
+  }
   if (from_scenario) apply_weight_injections(w, st.scn);
   const double t_weights = since(tw);
   if (from_scenario) st.in = make_inputs(st.cfg, st.scn, o.seed, &w);
@@ -182,6 +209,7 @@ int write_step_golden(const Opt& o, Step& st, std::chrono::steady_clock::time_po
   meta.weight_seed = o.checkpoint.empty() ? o.weight_seed : 0;
   meta.input_seed = from_scenario ? o.seed : 0;
   meta.weights = o.checkpoint.empty() ? "synthetic" : "checkpoint " + o.checkpoint;
+  if (st.ck) meta.weight_prep = weight_prep, meta.weight_layer = st.shape.layer;
   meta.kv_form = o.kv_form;
   golden::WriteOptions wo;
   wo.overwrite = o.force;
@@ -202,10 +230,16 @@ int write_step_golden(const Opt& o, Step& st, std::chrono::steady_clock::time_po
 
 Run add_golden(CLI::App& app) {
   auto o = std::make_shared<Opt>();
-  app.add_option("--checkpoint", o->checkpoint, "safetensors file or directory (default: the synthetic layer)");
-  app.add_option("--layer", o->layer, "layer index of the checkpoint's tensor names (default 0)")
+  app.add_option("--checkpoint", o->checkpoint,
+                 "release directory (config.json, index, shards), safetensors directory or file (default: the synthetic layer)");
+  app.add_option("--layer", o->layer, "layer of the checkpoint (default: the first K4 layer of its config.json, else 0)")
       ->check(CLI::Range(0, 1 << 20));
-  app.add_option("--preset", o->preset, "config preset (minimax-m3-tp4, small, tiny); optional with --inputs");
+  app.add_option("--mx-scale", o->mx_scale,
+                 "MXFP4 scale rule for BF16 experts: even (Quark's, the MXFP4 release; default) or floor (OCP)")
+      ->check(CLI::IsMember({"even", "floor"}));
+  app.add_option("--preset", o->preset,
+                 "config preset (minimax-m3-tp4, small, tiny); optional with --inputs and with a checkpoint's config.json "
+                 "(then it must agree)");
   app.add_option("--variant", o->variant,
                  "the build's numerics: seed (default), vllm-mono, aiter, atom, and/or SWITCH=VALUE items, comma-separated "
                  "(listed below)");

@@ -23,5 +23,6 @@ Run add_golden(CLI::App& app);
 Run add_inspect(CLI::App& app);
 Run add_diff(CLI::App& app);
 Run add_replay(CLI::App& app);
+Run add_checkpoint(CLI::App& app);
 
 }  // namespace k4::tools

@@ -1,4 +1,4 @@
-// main.cpp -- the k4 command: k4 synth | golden | inspect | diff | replay (k4 SUBCOMMAND --help).
+// main.cpp -- the k4 command: k4 synth | golden | inspect | diff | replay | checkpoint (k4 SUBCOMMAND --help).
 //
 // The command runs in a child process watched by the crash guard (golden/io/crash_guard.hpp):
 // a corrupt HDF5 file that crashes libhdf5 ends in an error naming the file and exit 2.
@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add("inspect", "show a golden's stages, shapes, dtypes and value summaries", k4::tools::add_inspect);
   add("diff", "compare a kernel's dump with a golden, stage by stage, bit for bit", k4::tools::add_diff);
   add("replay", "diff + replay each stage on the dump's inputs: own fault or inherited", k4::tools::add_replay);
+  add("checkpoint", "inspect a checkpoint: the tensors and shards a layer's golden reads", k4::tools::add_checkpoint);
   if (argc > 1 && argv[1][0] != '-') {  // CLI11 would only say "A subcommand is required"
     bool known = false;
     std::string names;

@@ -65,6 +65,10 @@ struct GoldenMeta {
   std::string scenario_json = "{}";  // the scenario as JSON
   uint64_t weight_seed = 0, input_seed = 0;
   std::string weights = "synthetic";  // "synthetic" or the checkpoint path
+  // A checkpoint's: the preparation rules applied (JSON; golden/inputs/weight_prep.hpp) and the
+  // layer. Written as attributes weight_prep and weight_layer when weight_prep is not empty.
+  std::string weight_prep;
+  int weight_layer = -1;
   // KV pages: "whole" (the caches as they are), "selected" (only the pages the sparse table
   // names, plus page_ids), or "auto": whole when K + V of a rank fit whole_kv_limit bytes.
   std::string kv_form = "auto";

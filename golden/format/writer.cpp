@@ -292,6 +292,10 @@ void write_golden(const std::string& path, const LayerWeights& lw, const StepInp
     root.set_attr("tp", int64_t(c.tp));
     root.set_attr("tokens", int64_t(in.shared.tokens));
     root.set_attr("weights", meta.weights);
+    if (!meta.weight_prep.empty()) {
+      root.set_attr("weight_prep", meta.weight_prep);
+      root.set_attr("weight_layer", int64_t(meta.weight_layer));
+    }
     h5::Group ig = root.create_group("inputs");
     ig.set_attr("tokens", int64_t(in.shared.tokens));
     ig.set_attr("q_len", int64_t(in.shared.q_len));

@@ -4,22 +4,47 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 
+#include "golden/inputs/hf_config.hpp"
 #include "golden/inputs/hf_names.hpp"
+#include "golden/inputs/weight_prep.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/e4m3.hpp"
-#include "reference/numerics/mx.hpp"
 
 namespace k4 {
-namespace fs = std::filesystem;
-using st::SafetensorsDtype;
+using Dtype = st::SafetensorsDtype;
+using T = hf::Tensor;
+
+// ---- the shape -------------------------------------------------------------------------
+
+CheckpointShape checkpoint_shape(const Checkpoint& ck, const std::string& preset_name, int tp, int layer) {
+  CheckpointShape s;
+  if (ck.config_json().empty()) {
+    if (preset_name.empty())
+      throw std::invalid_argument("checkpoint " + ck.path() + " has no config.json: --preset is required");
+    s.cfg = preset(preset_name, tp);
+    s.layer = layer < 0 ? 0 : layer;
+    return s;
+  }
+  const std::string where = "checkpoint " + ck.path() + ": config.json";
+  const HfModel m = hf_model_from_config(ck.config_json(), where, tp);
+  if (!preset_name.empty()) require_preset_agrees(m.cfg, preset(preset_name, tp), where);
+  s.cfg = m.cfg;
+  s.layer = choose_k4_layer(m, layer, where);
+  s.from_config_json = true;
+  s.k4_layers = m.k4_layers;
+  return s;
+}
+
+// ---- the plan: names found, forms checked ----------------------------------------------
 
 namespace {
 
-float load_f32(const uint8_t* p, SafetensorsDtype d, uint64_t i) {
-  if (d == SafetensorsDtype::BF16) {
+float load_f32(const uint8_t* p, Dtype d, uint64_t i) {
+  if (d == Dtype::BF16) {
     uint16_t b;
     std::memcpy(&b, p + 2 * i, 2);
     return bf16_to_f32(b);
@@ -30,250 +55,321 @@ float load_f32(const uint8_t* p, SafetensorsDtype d, uint64_t i) {
 }
 
 // x is row `row`, columns [col0, col0 + n) of the tensor.
-void reject_nonfinite(const float* x, int n, const std::string& file, const std::string& tensor, int64_t row, int64_t col0) {
-  for (int i = 0; i < n; ++i)
+void reject_nonfinite(const float* x, int64_t n, const std::string& ck, const std::string& tensor, int64_t row, int64_t col0) {
+  for (int64_t i = 0; i < n; ++i)
     if ((f32_bits(x[i]) & 0x7F800000u) == 0x7F800000u)
-      throw std::invalid_argument("checkpoint " + file + ": tensor '" + tensor + "' element [" + std::to_string(row) +
-                                  ", " + std::to_string(col0 + i) + "] is " + (std::isnan(x[i]) ? "NaN" : "Inf") +
-                                  ": weights quantized on load (BF16 / F32) must be finite");
+      throw std::invalid_argument("checkpoint " + ck + ": tensor '" + tensor + "' element [" + std::to_string(row) + ", " +
+                                  std::to_string(col0 + i) + "] is " + (std::isnan(x[i]) ? "NaN" : "Inf") +
+                                  ": weights quantized on load (BF16 / F32 / MXFP8) must be finite");
+}
+
+// The name a checkpoint uses for tensor t, or a "missing" error listing what was looked for.
+std::string resolve(const Checkpoint& ck, T t, int layer, int e = -1, bool sh = false) {
+  const std::vector<std::string> c = hf::candidates(t, layer, e, sh);
+  const std::string n = ck.find(c);
+  if (!n.empty()) return n;
+  std::string tried;
+  for (size_t i = 0; i < c.size(); ++i) tried += (i ? ", " : "") + c[i];
+  throw std::invalid_argument("checkpoint " + ck.path() + ": tensor '" + hf::name(t, layer, e, sh) +
+                              "' is missing (looked for " + tried + ")");
+}
+
+enum class OForm { Fp8RowScale, Mxfp8, Wide };  // Wide: BF16 / F32
+enum class XForm { Mxfp4, Wide };
+
+struct Proj {  // one expert projection, resolved
+  std::string w, s;  // s empty unless Mxfp4
+  XForm form = XForm::Mxfp4;
+  Dtype dtype = Dtype::U8;
+};
+struct ExpertPlan {
+  Proj p[3];  // w1 (gate), w3 (up), w2 (down)
+};
+
+struct DensePlan {
+  std::string norm, o, o_scale, gate, bias;
+  OForm oform = OForm::Wide;
+};
+
+void add_use(LayerPlan* plan, const Checkpoint& ck, const std::string& role, const std::string& n, const std::string& conv) {
+  if (!plan) return;
+  const st::TensorView& v = ck.at(n);
+  plan->tensors.push_back({role, n, ck.shard_of(n), st::dtype_name(v.dtype), v.shape, conv});
+}
+
+DensePlan plan_dense(const Checkpoint& ck, const Config& c, int layer, LayerPlan* plan) {
+  const int64_t H = c.hidden, TOK = int64_t(c.tp) * c.o_k(), E = c.n_routed;
+  DensePlan d;
+  d.norm = resolve(ck, T::PostNorm, layer);
+  ck.get(d.norm, {Dtype::BF16, Dtype::F32}, {H});
+  d.o = resolve(ck, T::OProj, layer);
+  d.gate = resolve(ck, T::Gate, layer);
+  d.bias = resolve(ck, T::Bias, layer);
+  add_use(plan, ck, "post-attention norm g", d.norm, ck.at(d.norm).dtype == Dtype::BF16 ? "as stored" : "f32-to-bf16-rne");
+  const Dtype od = ck.at(d.o).dtype;
+  if (od == Dtype::F8_E4M3) {
+    ck.get(d.o, {Dtype::F8_E4M3}, {H, TOK});
+    d.o_scale = resolve(ck, T::OProjScale, layer);
+    const st::TensorView& s = ck.at(d.o_scale);
+    if (s.dtype == Dtype::F32) {
+      d.oform = OForm::Fp8RowScale;
+      if (s.shape == std::vector<int64_t>{H, 1}) ck.get(d.o_scale, {Dtype::F32}, {H, 1});
+      else ck.get(d.o_scale, {Dtype::F32}, {H});
+    } else {
+      d.oform = OForm::Mxfp8;
+      ck.get(d.o_scale, {Dtype::U8, Dtype::F8_E8M0}, {H, TOK / 32});
+    }
+    const char* conv = d.oform == OForm::Mxfp8 ? "mxfp8-dequant, then ptpc-fp8-vllm on each rank's shard"
+                                               : "as stored (E4M3 with one f32 scale a row, every rank the same)";
+    add_use(plan, ck, "o_proj", d.o, conv);
+    add_use(plan, ck, "o_proj scale", d.o_scale, d.oform == OForm::Mxfp8 ? "E8M0 1x32, used by the dequantization" : "as stored");
+  } else {
+    ck.get(d.o, {Dtype::BF16, Dtype::F32}, {H, TOK});
+    d.oform = OForm::Wide;
+    add_use(plan, ck, "o_proj", d.o, "ptpc-fp8-vllm on each rank's shard (per-rank s_o)");
+  }
+  ck.get(d.gate, {Dtype::BF16, Dtype::F32}, {E, H});
+  add_use(plan, ck, "router gate", d.gate,
+          ck.at(d.gate).dtype == Dtype::F32 ? "f32-to-bf16-rne (the F32 kept for router.gate=f32)" : "as stored");
+  ck.get(d.bias, {Dtype::F32, Dtype::BF16}, {E});
+  add_use(plan, ck, "routing bias", d.bias, ck.at(d.bias).dtype == Dtype::F32 ? "as stored" : "bf16 widened to f32");
+  return d;
+}
+
+// The names of every tensor the layer may read that the checkpoint holds (no shard opened).
+std::vector<std::string> layer_names(const Checkpoint& ck, const Config& c, int layer) {
+  std::vector<std::string> names;
+  for (T t : {T::PostNorm, T::OProj, T::Gate, T::Bias, T::OProjScale}) names.push_back(ck.find(hf::candidates(t, layer)));
+  for (int e = 0; e <= c.n_routed; ++e)
+    for (T t : {T::W1, T::W1Scale, T::W3, T::W3Scale, T::W2, T::W2Scale})
+      names.push_back(ck.find(hf::candidates(t, layer, e, e == c.shared_expert())));
+  names.erase(std::remove(names.begin(), names.end(), std::string()), names.end());
+  return names;
+}
+
+const char* kProjName[3] = {"w1 (gate)", "w3 (up)", "w2 (down)"};
+
+ExpertPlan plan_expert(const Checkpoint& ck, const Config& c, int layer, int e, prep::MxScale mx, LayerPlan* plan) {
+  const bool sh = e == c.shared_expert();
+  const int64_t H = c.hidden, TI = int64_t(c.tp) * c.inter;
+  const T wt[3] = {T::W1, T::W3, T::W2}, stt[3] = {T::W1Scale, T::W3Scale, T::W2Scale};
+  ExpertPlan x;
+  const std::string who = sh ? "shared expert" : "expert " + std::to_string(e);
+  for (int p = 0; p < 3; ++p) {
+    Proj& q = x.p[p];
+    const int64_t R = p < 2 ? TI : H, C = p < 2 ? H : TI;
+    q.w = resolve(ck, wt[p], layer, e, sh);
+    const st::TensorView& w = ck.at(q.w);
+    q.dtype = w.dtype;
+    if (w.dtype == Dtype::F8_E4M3)
+      throw std::invalid_argument(
+          "checkpoint " + ck.path() + ": tensor '" + q.w +
+          "' is F8_E4M3 (MXFP8 experts, the MiniMax-M3-MXFP8 release): K4 with MXFP8 experts is the "
+          "MXFP8-experts variant (VARIANTS.md V7), not modelled yet; use the amd/MiniMax-M3-MXFP4 release "
+          "(MXFP4 experts) or the BF16 release");
+    if (w.dtype == Dtype::U8) {
+      q.form = XForm::Mxfp4;
+      ck.get(q.w, {Dtype::U8}, {R, C / 2});
+      q.s = resolve(ck, stt[p], layer, e, sh);
+      ck.get(q.s, {Dtype::U8, Dtype::F8_E8M0}, {R, C / 32});
+      add_use(plan, ck, who + " " + kProjName[p], q.w, "MXFP4 as stored (even element in the low nibble)");
+      add_use(plan, ck, who + " " + kProjName[p] + " scale", q.s, "E8M0 as stored");
+    } else {
+      q.form = XForm::Wide;
+      ck.get(q.w, {Dtype::BF16, Dtype::F32}, {R, C});
+      add_use(plan, ck, who + " " + kProjName[p], q.w, std::string(prep::mx_scale_name(mx)) + " per 32-block along the input");
+    }
+  }
+  return x;
 }
 
 }  // namespace
 
-void mxfp4_quantize_row(const float* x, int n, uint8_t* packed, uint8_t* scales) {
-  uint8_t nib[32];
-  for (int b = 0; b < n / 32; ++b) {
-    scales[b] = mxfp4_quantize_block(x + 32 * b, nib);
-    for (int i = 0; i < 16; ++i) packed[16 * b + i] = fp4_pack2(nib[2 * i], nib[2 * i + 1]);
+LayerPlan plan_layer(const Checkpoint& ck, const Config& cfg, int layer, prep::MxScale mx) {
+  cfg.validate();
+  LayerPlan plan;
+  // Names first (no shard opened), then the shards (a missing one named), then the headers.
+  plan.shards = ck.require_shards(layer_names(ck, cfg, layer));
+  const DensePlan d = plan_dense(ck, cfg, layer, &plan);
+  std::string experts, shared;
+  for (int e = 0; e <= cfg.n_routed; ++e) {
+    const ExpertPlan x = plan_expert(ck, cfg, layer, e, mx, &plan);
+    std::string& form = e == cfg.shared_expert() ? shared : experts;
+    const std::string f = x.p[0].form == XForm::Mxfp4 ? "mxfp4-stored" : prep::mx_scale_name(mx);
+    if (form.empty()) form = f;
+    else if (form != f) form = "mixed";
   }
+  nlohmann::ordered_json j;
+  j["o_proj"] = d.oform == OForm::Wide     ? "ptpc-fp8-vllm per rank"
+                : d.oform == OForm::Mxfp8 ? "mxfp8-dequant + ptpc-fp8-vllm per rank"
+                                          : "fp8-row-scale-stored";
+  j["router_gate"] = ck.at(d.gate).dtype == Dtype::F32 ? "f32-to-bf16-rne" : "bf16-stored";
+  j["experts"] = experts;
+  j["shared_expert"] = shared;
+  j["rules"] = "docs/golden-format.md, Checkpoints; ../shared/design/VARIANTS.md section 8";
+  plan.prep_json = j.dump();
+  return plan;
 }
 
-float e4m3_quantize_row(const float* x, int n, uint8_t* codes) {
-  float amax = 0.0f;
-  for (int i = 0; i < n; ++i) amax = std::max(amax, fabs_f32(x[i]));
-  const float scale = amax == 0.0f ? 1.0f : amax / 448.0f;
-  for (int i = 0; i < n; ++i) codes[i] = e4m3_bits(x[i] / scale, Fp8Overflow::Saturate);
-  return scale;
-}
-
-// ---- Checkpoint ------------------------------------------------------------------------
-
-Checkpoint::Checkpoint(const std::string& path) : path_(path) {
-  std::error_code ec;
-  std::vector<std::string> paths;
-  if (fs::is_directory(path, ec)) {
-    try {
-      for (const auto& e : fs::directory_iterator(path))
-        if (e.path().extension() == ".safetensors") paths.push_back(e.path().string());
-    } catch (const fs::filesystem_error& e) {
-      throw std::invalid_argument("checkpoint " + path + ": cannot list the directory (" + e.code().message() + ")");
-    }
-    std::sort(paths.begin(), paths.end());
-    if (paths.empty()) throw std::invalid_argument("checkpoint " + path + ": no *.safetensors file in the directory");
-  } else if (fs::exists(path, ec)) {
-    paths.push_back(path);
-  } else {
-    throw std::invalid_argument("checkpoint " + path + " does not exist");
-  }
-  for (const std::string& p : paths) {
-    files_.push_back(std::make_unique<st::File>(p));
-    for (const std::string& n : files_.back()->names()) {
-      if (where_.count(n))
-        throw std::invalid_argument("checkpoint " + path + ": tensor '" + n + "' is in both " + where_[n]->path() +
-                                    " and " + p);
-      where_[n] = files_.back().get();
-    }
-  }
-}
-
-const st::TensorView& Checkpoint::at(const std::string& name) const {
-  auto it = where_.find(name);
-  if (it == where_.end()) throw std::invalid_argument("checkpoint " + path_ + ": tensor '" + name + "' is missing");
-  return it->second->at(name);
-}
-
-const st::TensorView& Checkpoint::get(const std::string& name, const std::vector<SafetensorsDtype>& dtypes,
-                                      const std::vector<int64_t>& shape) const {
-  auto it = where_.find(name);
-  if (it == where_.end()) throw std::invalid_argument("checkpoint " + path_ + ": tensor '" + name + "' is missing");
-  return it->second->get(name, dtypes, shape);
-}
-
-// ---- experts ---------------------------------------------------------------------------
-
-CheckpointExpertSource::CheckpointExpertSource(std::shared_ptr<const Checkpoint> ck, const Config& cfg, int layer)
-    : ck_(std::move(ck)), cfg_(cfg), layer_(layer) {}
+// ---- experts on demand -----------------------------------------------------------------
 
 namespace {
 
-struct ExpertNames {
-  std::string w[3], s[3];  // w1, w3, w2
-};
-ExpertNames expert_names(const Config& c, int layer, int e) {
-  const bool sh = e == c.shared_expert();
-  ExpertNames n;
-  n.w[0] = hf::name(hf::Tensor::W1, layer, e, sh);
-  n.s[0] = hf::name(hf::Tensor::W1Scale, layer, e, sh);
-  n.w[1] = hf::name(hf::Tensor::W3, layer, e, sh);
-  n.s[1] = hf::name(hf::Tensor::W3Scale, layer, e, sh);
-  n.w[2] = hf::name(hf::Tensor::W2, layer, e, sh);
-  n.s[2] = hf::name(hf::Tensor::W2Scale, layer, e, sh);
-  return n;
-}
-
 // One projection's rank slice: rows [r0, r0 + rows) x input columns [c0, c0 + cols) of the
 // full (R, C) matrix, as packed pairs + scales (cols / 2 and cols / 32 bytes a row).
-void load_projection(const Checkpoint& ck, const std::string& wname, const std::string& sname, int64_t R, int64_t C,
-                     int64_t r0, int64_t rows, int64_t c0, int64_t cols, uint8_t* packed, uint8_t* scales) {
-  const st::TensorView& w = ck.at(wname);
-  if (w.dtype == SafetensorsDtype::U8) {  // MXFP4 as stored
-    ck.get(wname, {SafetensorsDtype::U8}, {R, C / 2});
-    const st::TensorView& s = ck.get(sname, {SafetensorsDtype::U8, SafetensorsDtype::F8_E8M0}, {R, C / 32});
+void load_projection(const Checkpoint& ck, const Proj& q, prep::MxScale mx, int64_t C, int64_t r0, int64_t rows, int64_t c0,
+                     int64_t cols, uint8_t* packed, uint8_t* scales) {
+  const st::TensorView& w = ck.at(q.w);
+  if (q.form == XForm::Mxfp4) {
+    const st::TensorView& s = ck.at(q.s);
     for (int64_t i = 0; i < rows; ++i) {
       std::memcpy(packed + i * (cols / 2), w.data + (r0 + i) * (C / 2) + c0 / 2, size_t(cols / 2));
       std::memcpy(scales + i * (cols / 32), s.data + (r0 + i) * (C / 32) + c0 / 32, size_t(cols / 32));
     }
     return;
   }
-  ck.get(wname, {SafetensorsDtype::BF16, SafetensorsDtype::F32}, {R, C});  // quantized on load
   std::vector<float> x(static_cast<size_t>(cols));
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) x[size_t(j)] = load_f32(w.data, w.dtype, uint64_t((r0 + i) * C + c0 + j));
-    reject_nonfinite(x.data(), int(cols), ck.path(), wname, r0 + i, c0);
-    mxfp4_quantize_row(x.data(), int(cols), packed + i * (cols / 2), scales + i * (cols / 32));
+    reject_nonfinite(x.data(), cols, ck.path(), q.w, r0 + i, c0);
+    prep::mxfp4_row(x.data(), int(cols), mx, packed + i * (cols / 2), scales + i * (cols / 32));
   }
+}
+
+// Builds ExpertWeights for (rank, e) on demand; thread-safe, a cache of the most recent 16,
+// so unrouted experts are never materialized.
+class CheckpointExpertSource : public ExpertSource {
+ public:
+  CheckpointExpertSource(std::shared_ptr<const Checkpoint> ck, const Config& cfg, std::vector<ExpertPlan> plans,
+                         prep::MxScale mx)
+      : ck_(std::move(ck)), cfg_(cfg), plans_(std::move(plans)), mx_(mx) {}
+
+  std::shared_ptr<const ExpertWeights> expert(int rank, int e) const override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& kv : cache_)
+        if (kv.first == std::make_pair(rank, e)) return kv.second;
+    }
+    std::shared_ptr<const ExpertWeights> ew = build(rank, e);  // outside the lock: ranks build in parallel
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& kv : cache_)
+      if (kv.first == std::make_pair(rank, e)) return kv.second;
+    if (cache_.size() >= 16) cache_.erase(cache_.begin());
+    cache_.push_back({{rank, e}, ew});
+    return ew;
+  }
+
+ private:
+  std::shared_ptr<ExpertWeights> build(int rank, int e) const {
+    const Config& c = cfg_;
+    if (rank < 0 || rank >= c.tp || e < 0 || e > c.n_routed)
+      throw std::invalid_argument("expert(" + std::to_string(rank) + ", " + std::to_string(e) + ") is outside rank 0.." +
+                                  std::to_string(c.tp - 1) + ", expert 0.." + std::to_string(c.n_routed));
+    const ExpertPlan& x = plans_[size_t(e)];
+    const int64_t H = c.hidden, I = c.inter, TI = int64_t(c.tp) * c.inter;
+    auto ew = std::make_shared<ExpertWeights>();
+    ew->w13.resize(static_cast<size_t>(2 * I * H / 2));
+    ew->s13.resize(static_cast<size_t>(2 * I * H / 32));
+    ew->w2.resize(static_cast<size_t>(H * I / 2));
+    ew->s2.resize(static_cast<size_t>(H * I / 32));
+    // gate rows (w1) then up rows (w3): rows [r*inter, (r+1)*inter) of (tp*inter, hidden)
+    for (int p = 0; p < 2; ++p)
+      load_projection(*ck_, x.p[p], mx_, H, rank * I, I, 0, H, ew->w13.data() + p * I * H / 2, ew->s13.data() + p * I * H / 32);
+    // down: columns [r*inter, (r+1)*inter) of (hidden, tp*inter)
+    load_projection(*ck_, x.p[2], mx_, TI, 0, H, rank * I, I, ew->w2.data(), ew->s2.data());
+    return ew;
+  }
+
+  std::shared_ptr<const Checkpoint> ck_;
+  Config cfg_;
+  std::vector<ExpertPlan> plans_;
+  prep::MxScale mx_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::pair<std::pair<int, int>, std::shared_ptr<const ExpertWeights>>> cache_;
+};
+
+// o_proj -> every rank's (w_o, s_o).
+void load_o_proj(const Checkpoint& ck, const Config& c, const DensePlan& d, LayerWeights& lw) {
+  const int64_t H = c.hidden, OK = c.o_k(), TOK = int64_t(c.tp) * OK;
+  const st::TensorView& ow = ck.at(d.o);
+  for (auto& R : lw.ranks) R.w_o.resize(static_cast<size_t>(H * OK)), R.s_o.resize(static_cast<size_t>(H));
+  if (d.oform == OForm::Fp8RowScale) {
+    const st::TensorView& sv = ck.at(d.o_scale);
+    for (int r = 0; r < c.tp; ++r)
+      for (int64_t i = 0; i < H; ++i) {
+        std::memcpy(lw.ranks[size_t(r)].w_o.data() + i * OK, ow.data + i * TOK + r * OK, size_t(OK));
+        lw.ranks[size_t(r)].s_o[size_t(i)] = load_f32(sv.data, Dtype::F32, uint64_t(i));
+      }
+    return;
+  }
+  const st::TensorView* sv = d.oform == OForm::Mxfp8 ? &ck.at(d.o_scale) : nullptr;
+  // An exception must not leave an OpenMP region (std::terminate): each row's error is kept
+  // and the first row's is thrown after the loop.
+  std::vector<std::string> errors(static_cast<size_t>(H));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < H; ++i) {  // rows are independent: the same bits for any thread count
+    std::vector<float> x(static_cast<size_t>(TOK));
+    for (int64_t j = 0; j < TOK; ++j)
+      x[size_t(j)] = sv ? prep::mxfp8_value(ow.data[i * TOK + j], sv->data[i * (TOK / 32) + j / 32])
+                        : load_f32(ow.data, ow.dtype, uint64_t(i * TOK + j));
+    try {
+      reject_nonfinite(x.data(), TOK, ck.path(), d.o, i, 0);
+    } catch (const std::exception& e) {
+      errors[size_t(i)] = e.what();
+      continue;
+    }
+    for (int r = 0; r < c.tp; ++r)  // each rank's own shard: its own amax, its own scale
+      lw.ranks[size_t(r)].s_o[size_t(i)] =
+          prep::ptpc_fp8_row(x.data() + r * OK, int(OK), lw.ranks[size_t(r)].w_o.data() + i * OK);
+  }
+  for (const std::string& e : errors)
+    if (!e.empty()) throw std::invalid_argument(e);
 }
 
 }  // namespace
 
-std::shared_ptr<ExpertWeights> CheckpointExpertSource::build(int rank, int e) const {
-  const Config& c = cfg_;
-  if (rank < 0 || rank >= c.tp || e < 0 || e > c.n_routed)
-    throw std::invalid_argument("expert(" + std::to_string(rank) + ", " + std::to_string(e) + ") is outside rank 0.." +
-                                std::to_string(c.tp - 1) + ", expert 0.." + std::to_string(c.n_routed));
-  const ExpertNames n = expert_names(c, layer_, e);
-  const int64_t H = c.hidden, I = c.inter, TI = int64_t(c.tp) * c.inter;
-  auto ew = std::make_shared<ExpertWeights>();
-  ew->w13.resize(static_cast<size_t>(2 * I * H / 2));
-  ew->s13.resize(static_cast<size_t>(2 * I * H / 32));
-  ew->w2.resize(static_cast<size_t>(H * I / 2));
-  ew->s2.resize(static_cast<size_t>(H * I / 32));
-  // gate rows (w1) then up rows (w3): rows [r*inter, (r+1)*inter) of (tp*inter, hidden)
-  for (int p = 0; p < 2; ++p)
-    load_projection(*ck_, n.w[p], n.s[p], TI, H, rank * I, I, 0, H, ew->w13.data() + p * I * H / 2,
-                    ew->s13.data() + p * I * H / 32);
-  // down: columns [r*inter, (r+1)*inter) of (hidden, tp*inter)
-  load_projection(*ck_, n.w[2], n.s[2], H, TI, 0, H, rank * I, I, ew->w2.data(), ew->s2.data());
-  return ew;
-}
-
-std::shared_ptr<const ExpertWeights> CheckpointExpertSource::expert(int rank, int e) const {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& kv : cache_)
-      if (kv.first == std::make_pair(rank, e)) return kv.second;
-  }
-  std::shared_ptr<const ExpertWeights> ew = build(rank, e);  // outside the lock: ranks build in parallel
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& kv : cache_)
-    if (kv.first == std::make_pair(rank, e)) return kv.second;
-  if (cache_.size() >= 16) cache_.erase(cache_.begin());
-  cache_.push_back({{rank, e}, ew});
-  return ew;
-}
-
-void CheckpointExpertSource::validate_all() const {
-  const Config& c = cfg_;
-  const int64_t H = c.hidden, TI = int64_t(c.tp) * c.inter;
-  for (int e = 0; e <= c.n_routed; ++e) {
-    const ExpertNames n = expert_names(c, layer_, e);
-    for (int p = 0; p < 3; ++p) {
-      const int64_t R = p < 2 ? TI : H, C = p < 2 ? H : TI;
-      if (ck_->at(n.w[p]).dtype == SafetensorsDtype::U8) {
-        ck_->get(n.w[p], {SafetensorsDtype::U8}, {R, C / 2});
-        ck_->get(n.s[p], {SafetensorsDtype::U8, SafetensorsDtype::F8_E8M0}, {R, C / 32});
-      } else {
-        ck_->get(n.w[p], {SafetensorsDtype::BF16, SafetensorsDtype::F32}, {R, C});
-      }
-    }
-  }
-}
-
-// ---- the layer -------------------------------------------------------------------------
-
-LayerWeights load_checkpoint_layer(const std::string& path, const Config& cfg, int layer) {
-  auto ck = std::make_shared<const Checkpoint>(path);
+LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const Config& cfg, int layer, prep::MxScale mx) {
+  cfg.validate();
   const Config& c = cfg;
-  const int64_t H = c.hidden, OK = c.o_k(), TOK = int64_t(c.tp) * OK, E = c.n_routed;
+  ck->require_shards(layer_names(*ck, c, layer));  // a missing shard is named before any work
+  const DensePlan d = plan_dense(*ck, c, layer, nullptr);
+  std::vector<ExpertPlan> experts;
+  for (int e = 0; e <= c.n_routed; ++e) experts.push_back(plan_expert(*ck, c, layer, e, mx, nullptr));
+  const int64_t H = c.hidden, E = c.n_routed;
   LayerWeights lw;
   lw.cfg = cfg;
   lw.ranks.resize(static_cast<size_t>(c.tp));
-  // replicated: norm weight, gate, bias
   std::vector<uint16_t> g_post(static_cast<size_t>(H)), w_gate(static_cast<size_t>(E * H));
   std::vector<float> bias(static_cast<size_t>(E));
   {
-    const std::string n = hf::name(hf::Tensor::PostNorm, layer);
-    const st::TensorView& t = ck->get(n, {SafetensorsDtype::BF16, SafetensorsDtype::F32}, {H});
+    const st::TensorView& t = ck->at(d.norm);
     for (int64_t i = 0; i < H; ++i) g_post[size_t(i)] = bf16_bits_rne(load_f32(t.data, t.dtype, uint64_t(i)));
   }
   {
-    const std::string n = hf::name(hf::Tensor::Gate, layer);
-    const st::TensorView& t = ck->get(n, {SafetensorsDtype::BF16, SafetensorsDtype::F32}, {E, H});
-    for (int64_t i = 0; i < E * H; ++i) w_gate[size_t(i)] = bf16_bits_rne(load_f32(t.data, t.dtype, uint64_t(i)));
+    const st::TensorView& t = ck->at(d.gate);
+    if (t.dtype == Dtype::F32) lw.gate_f32.resize(static_cast<size_t>(E * H));
+    for (int64_t i = 0; i < E * H; ++i) {
+      const float g = load_f32(t.data, t.dtype, uint64_t(i));
+      w_gate[size_t(i)] = bf16_bits_rne(g);  // f32-to-bf16-rne (VARIANTS.md 8.2)
+      if (!lw.gate_f32.empty()) lw.gate_f32[size_t(i)] = g;
+    }
   }
   {
-    const std::string n = hf::name(hf::Tensor::Bias, layer);
-    const st::TensorView& t = ck->get(n, {SafetensorsDtype::F32, SafetensorsDtype::BF16}, {E});
+    const st::TensorView& t = ck->at(d.bias);
     for (int64_t i = 0; i < E; ++i) bias[size_t(i)] = load_f32(t.data, t.dtype, uint64_t(i));
   }
-  // o_proj
-  std::vector<float> s_o(static_cast<size_t>(H));
-  const std::string on = hf::name(hf::Tensor::OProj, layer);
-  const st::TensorView& ow = ck->at(on);
-  for (auto& R : lw.ranks) R.w_o.resize(static_cast<size_t>(H * OK));
-  if (ow.dtype == SafetensorsDtype::F8_E4M3) {
-    ck->get(on, {SafetensorsDtype::F8_E4M3}, {H, TOK});
-    const std::string sn = hf::name(hf::Tensor::OProjScale, layer);
-    const st::TensorView& sv = ck->at(sn);
-    if (sv.shape == std::vector<int64_t>{H, 1}) ck->get(sn, {SafetensorsDtype::F32}, {H, 1});
-    else ck->get(sn, {SafetensorsDtype::F32}, {H});
-    for (int64_t i = 0; i < H; ++i) s_o[size_t(i)] = load_f32(sv.data, SafetensorsDtype::F32, uint64_t(i));
-    for (int r = 0; r < c.tp; ++r)
-      for (int64_t i = 0; i < H; ++i)
-        std::memcpy(lw.ranks[size_t(r)].w_o.data() + i * OK, ow.data + i * TOK + r * OK, size_t(OK));
-  } else {
-    ck->get(on, {SafetensorsDtype::BF16, SafetensorsDtype::F32}, {H, TOK});
-    // An exception must not leave an OpenMP region (std::terminate): each row's error is kept
-    // and the first row's is thrown after the loop.
-    std::vector<std::string> errors(static_cast<size_t>(H));
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < H; ++i) {  // rows are independent: the same bits for any thread count
-      std::vector<float> x(static_cast<size_t>(TOK));
-      std::vector<uint8_t> q(static_cast<size_t>(TOK));
-      for (int64_t j = 0; j < TOK; ++j) x[size_t(j)] = load_f32(ow.data, ow.dtype, uint64_t(i * TOK + j));
-      try {
-        reject_nonfinite(x.data(), int(TOK), path, on, i, 0);
-      } catch (const std::exception& e) {
-        errors[size_t(i)] = e.what();
-        continue;
-      }
-      s_o[size_t(i)] = e4m3_quantize_row(x.data(), int(TOK), q.data());
-      for (int r = 0; r < c.tp; ++r)
-        std::memcpy(lw.ranks[size_t(r)].w_o.data() + i * OK, q.data() + r * OK, size_t(OK));
-    }
-    for (const std::string& e : errors)
-      if (!e.empty()) throw std::invalid_argument(e);
-  }
+  load_o_proj(*ck, c, d, lw);
   for (auto& R : lw.ranks) {
-    R.s_o = s_o;
     R.g_post = g_post;
     R.w_gate = w_gate;
     R.bias = bias;
   }
-  auto src = std::make_shared<CheckpointExpertSource>(ck, cfg, layer);
-  src->validate_all();
-  lw.experts = src;
+  lw.experts = std::make_shared<CheckpointExpertSource>(ck, cfg, std::move(experts), mx);
   return lw;
+}
+
+LayerWeights load_checkpoint_layer(const std::string& path, const Config& cfg, int layer, prep::MxScale mx) {
+  return load_checkpoint_layer(std::make_shared<const Checkpoint>(path), cfg, layer, mx);
 }
 
 }  // namespace k4

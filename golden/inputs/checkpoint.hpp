@@ -1,69 +1,66 @@
-// checkpoint.hpp -- one MiniMax-M3 layer's K4 weights from a safetensors checkpoint.
+// checkpoint.hpp -- one MiniMax-M3 layer's K4 weights from a safetensors checkpoint, prepared
+// as a deployment prepares them (golden/inputs/weight_prep.hpp; docs/golden-format.md,
+// "Checkpoints").
 //
-// PATH is one .safetensors file or a directory of them (every *.safetensors inside is
-// mapped; a tensor name must occur in exactly one). Names: golden/inputs/hf_names.hpp.
-// Forms accepted (docs/golden-format.md, "Checkpoints"):
-//  - o_proj F8_E4M3 with a per-row F32 weight_scale, used as stored; or BF16 / F32,
-//    quantized per output row on load: amax = max |x| over the whole row (all tp*o_k
-//    columns, so every rank agrees), scale = f32(amax) / 448 (f32 division; 1 where amax is
-//    0), code = E4M3 Saturate(f32(x) / scale).
-//  - experts MXFP4 (U8 packed pairs, even element low nibble, + U8 / F8_E8M0 weight_scale),
-//    used as stored; or BF16 / F32, quantized on load a 32-block at a time by the OCP rule
-//    (reference/numerics/mx.hpp mxfp4_quantize_block) along each row's input dimension.
+// The files: golden/inputs/checkpoint_files.hpp (a release directory with config.json and an
+// index, a directory of shards, or one file). The names: golden/inputs/hf_names.hpp, the
+// releases' forms and k4's. The shape: config.json's text_config (golden/inputs/hf_config.hpp)
+// when the directory has one, else --preset.
+// Forms, each tensor checked (dtype, shape) before any is read:
+//  - o_proj BF16 / F32 -> ptpc-fp8-vllm on each rank's shard (per-rank s_o); F8_E4M3 with E8M0
+//    1x32 scales (MXFP8 release) -> exact dequantization, then the same; F8_E4M3 with an f32
+//    scale a row (k4 synth) -> as stored, one s_o for every rank.
+//  - router gate F32 -> bf16 RNE (the F32 kept in LayerWeights::gate_f32); BF16 as stored.
+//  - experts U8 (MXFP4 pairs, even element low nibble) + U8 / F8_E8M0 scales -> as stored;
+//    BF16 / F32 -> MXFP4 by the --mx-scale rule (even by default); F8_E4M3 (MXFP8 release)
+//    -> refused: K4 with MXFP8 experts is a variant not modelled yet.
 //  - NaN or Inf in a weight that is quantized on load is rejected.
 // TP sharding: rank r takes o_proj input columns [r*o_k, (r+1)*o_k); expert w1 / w3 rows
-// and w2 columns [r*inter, (r+1)*inter); the norm weight, router gate and bias replicated.
+// and w2 columns [r*inter, (r+1)*inter) (scales alike); the norm weight, gate and bias replicated.
 #pragma once
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "golden/io/safetensors.hpp"
+#include "golden/inputs/checkpoint_files.hpp"
+#include "golden/inputs/weight_prep.hpp"
 #include "reference/config.hpp"
 #include "reference/weights.hpp"
 
 namespace k4 {
 
-class Checkpoint {
- public:
-  explicit Checkpoint(const std::string& path);
-  const std::string& path() const { return path_; }
-  bool has(const std::string& name) const { return where_.count(name) != 0; }
-  const st::TensorView& at(const std::string& name) const;
-  const st::TensorView& get(const std::string& name, const std::vector<st::SafetensorsDtype>& dtypes,
-                            const std::vector<int64_t>& shape) const;
+// The shape and the layer of a checkpoint: from config.json (the preset, when given, must
+// agree) or, for a checkpoint without config.json, from the preset (required then; layer 0
+// by default).
+struct CheckpointShape {
+  Config cfg;
+  int layer = 0;
+  bool from_config_json = false;
+  std::vector<int> k4_layers;  // from config.json
+};
+CheckpointShape checkpoint_shape(const Checkpoint& ck, const std::string& preset_name, int tp, int layer);
 
- private:
-  std::string path_;
-  std::vector<std::unique_ptr<st::File>> files_;
-  std::map<std::string, const st::File*> where_;
+// One tensor K4 reads, as found.
+struct TensorUse {
+  std::string role;        // "o_proj", "router gate", "expert 5 w2 scale", ...
+  std::string name, shard; // the name found and its shard file
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string conversion;  // what the loader does with it
 };
 
-// Builds ExpertWeights for (rank, e) on demand from the mapped file; thread-safe, with a
-// small cache (the most recent 16), so unrouted experts are never materialized.
-class CheckpointExpertSource : public ExpertSource {
- public:
-  CheckpointExpertSource(std::shared_ptr<const Checkpoint> ck, const Config& cfg, int layer);
-  std::shared_ptr<const ExpertWeights> expert(int rank, int e) const override;
-  // Checks that every expert tensor exists with a valid dtype and shape (cheap: headers only).
-  void validate_all() const;
-
- private:
-  std::shared_ptr<ExpertWeights> build(int rank, int e) const;
-  std::shared_ptr<const Checkpoint> ck_;
-  Config cfg_;
-  int layer_;
-  mutable std::mutex mu_;
-  mutable std::vector<std::pair<std::pair<int, int>, std::shared_ptr<const ExpertWeights>>> cache_;
+// What loading a layer reads and does (headers only: every tensor checked, nothing converted).
+struct LayerPlan {
+  std::vector<TensorUse> tensors;     // norm, o_proj (+ scale), gate, bias, then every expert's
+  std::vector<std::string> shards;    // the shards the layer needs
+  std::string prep_json;              // the rules applied, for the golden's weight_prep attribute
 };
+LayerPlan plan_layer(const Checkpoint& ck, const Config& cfg, int layer, prep::MxScale mx = prep::MxScale::Even);
 
-LayerWeights load_checkpoint_layer(const std::string& path, const Config& cfg, int layer);
-
-// Shared by the loader and its tests: OCP MXFP4 of one row of `n` values (n % 32 == 0)
-// into n/2 packed bytes and n/32 scales; per-row E4M3 of a BF16 / F32 o_proj row.
-void mxfp4_quantize_row(const float* x, int n, uint8_t* packed, uint8_t* scales);
-float e4m3_quantize_row(const float* x, int n, uint8_t* codes);  // returns the row scale
+LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const Config& cfg, int layer,
+                                   prep::MxScale mx = prep::MxScale::Even);
+LayerWeights load_checkpoint_layer(const std::string& path, const Config& cfg, int layer,
+                                   prep::MxScale mx = prep::MxScale::Even);
 
 }  // namespace k4

@@ -43,4 +43,45 @@ std::string name(Tensor t, int layer, int expert, bool shared) {
   throw std::logic_error("hf::name: tensor not in the table");
 }
 
+namespace {
+// The rest of a k4 name after "model.", with the release's shared-expert names.
+std::string release_rest(Tensor t, int layer, int expert, bool shared) {
+  std::string rest = name(t, layer, expert, shared).substr(std::string("model.").size());
+  if (!shared) return rest;
+  static const std::pair<const char*, const char*> kShared[] = {
+      {"shared_experts.w1.", "shared_experts.gate_proj."},
+      {"shared_experts.w3.", "shared_experts.up_proj."},
+      {"shared_experts.w2.", "shared_experts.down_proj."}};
+  for (const auto& [k4, rel] : kShared) {
+    const size_t p = rest.find(k4);
+    if (p != std::string::npos) return rest.replace(p, std::string(k4).size(), rel);
+  }
+  return rest;
+}
+}  // namespace
+
+bool is_scale(Tensor t) {
+  return t == Tensor::OProjScale || t == Tensor::W1Scale || t == Tensor::W3Scale || t == Tensor::W2Scale;
+}
+
+std::string release_name(Tensor t, int layer, int expert, bool shared, bool scale_inv) {
+  std::string n = "language_model.model." + release_rest(t, layer, expert, shared);
+  if (is_scale(t) && scale_inv) n += "_inv";
+  return n;
+}
+
+std::vector<std::string> candidates(Tensor t, int layer, int expert, bool shared) {
+  const std::string k4 = name(t, layer, expert, shared).substr(std::string("model.").size());
+  std::vector<std::string> rests;
+  if (shared) rests.push_back(release_rest(t, layer, expert, shared));
+  rests.push_back(k4);
+  std::vector<std::string> out;
+  for (const char* prefix : {"language_model.model.", "model."})
+    for (const std::string& r : rests) {
+      if (is_scale(t)) out.push_back(prefix + r + "_inv");
+      out.push_back(prefix + r);
+    }
+  return out;
+}
+
 }  // namespace k4::hf

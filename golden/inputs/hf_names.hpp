@@ -30,6 +30,20 @@ struct NameRow {
 const std::vector<NameRow>& table();
 
 // The name of tensor t of layer L; for expert tensors, expert e (shared: the shared pattern).
+// This is the k4 form (the single-file `k4 synth` checkpoint, the synthetic weights' keys).
 std::string name(Tensor t, int layer, int expert = -1, bool shared = false);
+
+// Every name a checkpoint may give tensor t, the published releases' forms first
+// (../shared/design/CHECKPOINTS.md): the prefix `language_model.model.` (every release is the
+// vision-language model) then `model.`; the shared expert's `shared_experts.gate_proj / up_proj /
+// down_proj` then `shared_experts.w1 / w3 / w2`; a scale's `weight_scale_inv` (MXFP8 release)
+// then `weight_scale` (Quark, k4). A loader takes the first one the checkpoint holds.
+std::vector<std::string> candidates(Tensor t, int layer, int expert = -1, bool shared = false);
+
+// The name a release writes: prefix `language_model.model.`, the shared expert as gate_proj /
+// up_proj / down_proj, scales as `weight_scale_inv` when scale_inv (MXFP8) else `weight_scale`.
+std::string release_name(Tensor t, int layer, int expert, bool shared, bool scale_inv);
+
+bool is_scale(Tensor t);
 
 }  // namespace k4::hf

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -124,7 +125,7 @@ File::File(const std::string& path) : path_(path) {
         tbad("no data_offsets [begin, end]");
       TensorView v;
       v.name = name;
-      if (!dtype_from_name(e["dtype"].get<std::string>(), v.dtype)) tbad("unknown dtype " + e["dtype"].get<std::string>());
+      const bool known = dtype_from_name(e["dtype"].get<std::string>(), v.dtype);
       uint64_t elems = 1;
       bool overflow = false, empty = false;
       for (const auto& d : e["shape"]) {
@@ -144,6 +145,10 @@ File::File(const std::string& path) : path_(path) {
       if (en > data_len)
         tbad("data_offsets " + off.dump() + " run past the end of the file (data section of " +
              std::to_string(data_len) + " bytes)");
+      if (!known) {  // its size rule is unknown (F4 packs two a byte): only the offsets are checked
+        unknown_[name] = e["dtype"].get<std::string>();
+        continue;
+      }
       const uint64_t want = v.numel() * dtype_size(v.dtype);
       if (en - b != want)
         tbad("holds " + std::to_string(en - b) + " bytes, but " + dtype_name(v.dtype) + " " + shape_str(v.shape) +
@@ -169,24 +174,38 @@ File::~File() {
 std::vector<std::string> File::names() const {
   std::vector<std::string> n;
   for (const auto& kv : tensors_) n.push_back(kv.first);
+  for (const auto& kv : unknown_) n.push_back(kv.first);
+  std::sort(n.begin(), n.end());
   return n;
+}
+
+std::string File::unknown_dtype(const std::string& name) const {
+  auto it = unknown_.find(name);
+  return it == unknown_.end() ? std::string() : it->second;
 }
 
 const TensorView& File::at(const std::string& name) const {
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) throw std::invalid_argument("safetensors " + path_ + ": tensor '" + name + "' is missing");
+  if (it == tensors_.end()) {
+    auto u = unknown_.find(name);
+    if (u != unknown_.end())
+      throw std::invalid_argument("safetensors " + path_ + ": tensor '" + name + "' has dtype " + u->second +
+                                  ", which this reader does not know");
+    throw std::invalid_argument("safetensors " + path_ + ": tensor '" + name + "' is missing");
+  }
   return it->second;
 }
 
 const TensorView& File::get(const std::string& name, const std::vector<SafetensorsDtype>& dtypes,
                             const std::vector<int64_t>& shape) const {
+  std::string want;
+  for (SafetensorsDtype d : dtypes) want += (want.empty() ? "" : " or ") + std::string(dtype_name(d));
+  if (unknown_.count(name))
+    throw std::invalid_argument("safetensors " + path_ + ": tensor '" + name + "' has dtype " + unknown_.at(name) +
+                                ", expected " + want);
   const TensorView& v = at(name);
   bool ok = false;
-  std::string want;
-  for (SafetensorsDtype d : dtypes) {
-    ok = ok || d == v.dtype;
-    want += (want.empty() ? "" : " or ") + std::string(dtype_name(d));
-  }
+  for (SafetensorsDtype d : dtypes) ok = ok || d == v.dtype;
   if (!ok)
     throw std::invalid_argument("safetensors " + path_ + ": tensor '" + name + "' has dtype " + dtype_name(v.dtype) +
                                 ", expected " + want);
@@ -201,7 +220,7 @@ const TensorView& File::get(const std::string& name, const std::vector<Safetenso
 struct Writer::Impl {
   struct Decl {
     std::string name;
-    SafetensorsDtype dtype;
+    std::string dtype;
     std::vector<int64_t> shape;
     uint64_t bytes;
   };
@@ -228,12 +247,17 @@ Writer::Writer(const std::string& path, bool overwrite) : p_(std::make_unique<Im
 Writer::~Writer() = default;
 
 void Writer::declare(const std::string& name, SafetensorsDtype dtype, const std::vector<int64_t>& shape) {
-  if (p_->begun) throw std::logic_error("safetensors writer: declare after begin");
   uint64_t n = dtype_size(dtype);
   for (int64_t d : shape) n *= uint64_t(d);
+  declare_raw(name, dtype_name(dtype), shape, n);
+}
+
+void Writer::declare_raw(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape,
+                         uint64_t bytes) {
+  if (p_->begun) throw std::logic_error("safetensors writer: declare after begin");
   for (const auto& d : p_->decls)
     if (d.name == name) throw std::logic_error("safetensors writer: tensor '" + name + "' declared twice");
-  p_->decls.push_back({name, dtype, shape, n});
+  p_->decls.push_back({name, dtype, shape, bytes});
 }
 
 void Writer::set_metadata(const std::string& key, const std::string& value) { p_->meta[key] = value; }
@@ -255,7 +279,7 @@ void Writer::begin() {
   uint64_t off = 0;
   for (const auto& d : p_->decls) {
     nlohmann::ordered_json e;
-    e["dtype"] = dtype_name(d.dtype);
+    e["dtype"] = d.dtype;
     e["shape"] = d.shape;
     e["data_offsets"] = {off, off + d.bytes};
     j[d.name] = e;

@@ -4,9 +4,11 @@
 //   {"NAME": {"dtype": "BF16", "shape": [r, c], "data_offsets": [begin, end]}, ...,
 //    "__metadata__": {"k": "v"}}
 // then the data; offsets are relative to the byte after the header.
-// The reader validates the header length, the JSON, every entry (known dtype, shape of
-// non-negative integers, begin <= end inside the file, end - begin = numel * dtype size),
-// and get() validates dtype and shape against what the caller expects. Every message names
+// The reader validates the header length, the JSON, every entry (shape of non-negative
+// integers, begin <= end inside the file, end - begin = numel * dtype size for a known dtype),
+// and get() validates dtype and shape against what the caller expects. An entry of a dtype
+// this reader does not know (F4, F8_E4M3FNUZ, C64, ...) is kept by name and refused only
+// when read: a real checkpoint's shard holds tensors K4 never reads. Every message names
 // the file, the tensor and what was expected (std::invalid_argument: bad input, exit 2).
 #pragma once
 #include <cstdint>
@@ -41,8 +43,10 @@ class File {
   File& operator=(const File&) = delete;
 
   const std::string& path() const { return path_; }
-  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
-  std::vector<std::string> names() const;  // sorted
+  bool has(const std::string& name) const { return tensors_.count(name) != 0 || unknown_.count(name) != 0; }
+  std::vector<std::string> names() const;  // sorted, unknown dtypes included
+  // The dtype string of an entry whose dtype this reader does not know ("" if known / absent).
+  std::string unknown_dtype(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return meta_; }
   // Any entry, unchecked beyond the header validation.
   const TensorView& at(const std::string& name) const;
@@ -56,6 +60,7 @@ class File {
   uint8_t* map_ = nullptr;
   uint64_t size_ = 0;
   std::map<std::string, TensorView> tensors_;
+  std::map<std::string, std::string> unknown_;  // name -> its dtype string
   std::map<std::string, std::string> meta_;
 };
 
@@ -66,6 +71,8 @@ class Writer {
   Writer(const std::string& path, bool overwrite);
   ~Writer();
   void declare(const std::string& name, SafetensorsDtype dtype, const std::vector<int64_t>& shape);
+  // A tensor of any dtype string (one this reader does not know, for fixtures), `bytes` long.
+  void declare_raw(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape, uint64_t bytes);
   void set_metadata(const std::string& key, const std::string& value);
   // Writes the header; after it only write() and finish().
   void begin();

@@ -879,7 +879,7 @@ TEST_CASE("bad input: unknown option, unknown subcommand, missing required optio
   NEED_WORLD();
   Case c;
   expect_bad(c.k4("golden --preset tiny --frob --out " + c.path("x.h5")), {"The following argument was not expected: --frob"});
-  expect_bad(c.k4("frobnicate"), {"k4: unknown subcommand 'frobnicate' (known: synth, golden, inspect, diff, replay; see k4 --help)"});
+  expect_bad(c.k4("frobnicate"), {"k4: unknown subcommand 'frobnicate' (known: synth, golden, inspect, diff, replay, checkpoint; see k4 --help)"});
   expect_bad(c.k4("golden --preset tiny"), {"--out is required"});
   expect_bad(c.k4("diff " + W.golden), {"DUMP is required"});
 }
@@ -915,7 +915,7 @@ TEST_CASE("bad input: unknown preset (golden, synth)") {
   Case c;
   expect_bad(c.k4("golden --preset huge --out " + c.path("x.h5")), {"unknown preset 'huge' (known: minimax-m3-tp4, small, tiny)"});
   expect_bad(c.k4("synth --preset huge --out " + c.path("w.safetensors")), {"unknown preset 'huge'"});
-  expect_bad(c.k4("golden --out " + c.path("x.h5")), {"--preset is required (or --inputs)"});
+  expect_bad(c.k4("golden --out " + c.path("x.h5")), {"--preset is required (or --inputs, or --checkpoint DIR with config.json)"});
 }
 
 TEST_CASE("bad input: options that exclude each other (--inputs with a scenario)") {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "golden/inputs/checkpoint.hpp"
+#include "golden/inputs/weight_prep.hpp"
 #include "golden/inputs/hf_names.hpp"
 #include "golden/io/safetensors.hpp"
 #include "golden/inputs/synth.hpp"
@@ -151,9 +152,23 @@ TEST_CASE("safetensors reader: each header corruption gives its message") {
     CHECK_THROWS_WITH_AS(st::File{p}, doctest::Contains("tensor 'a': holds 8 bytes, but BF16 [3] needs 6"),
                          std::invalid_argument);
   }
-  SUBCASE("unknown dtype") {
-    write_raw(p, R"({"a":{"dtype":"Q7","shape":[8],"data_offsets":[0,8]}})", std::string(8, '\0'));
-    CHECK_THROWS_WITH_AS(st::File{p}, doctest::Contains("tensor 'a': unknown dtype Q7"), std::invalid_argument);
+  SUBCASE("unknown dtype: kept by name, refused only when read (a shard's vision tensors)") {
+    write_raw(p, R"({"a":{"dtype":"F8_E4M3FNUZ","shape":[8],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})",
+              std::string(8, '\0'));
+    st::File f(p);
+    CHECK(f.has("a"));
+    CHECK(f.unknown_dtype("a") == "F8_E4M3FNUZ");
+    CHECK(f.unknown_dtype("b").empty());
+    CHECK(f.names() == std::vector<std::string>{"a", "b"});
+    CHECK(f.get("b", {st::SafetensorsDtype::U8}, {8}).nbytes == 8);
+    CHECK_THROWS_WITH_AS(f.get("a", {st::SafetensorsDtype::U8}, {8}),
+                         ("safetensors " + p + ": tensor 'a' has dtype F8_E4M3FNUZ, expected U8").c_str(), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(f.at("a"), doctest::Contains("has dtype F8_E4M3FNUZ, which this reader does not know"),
+                         std::invalid_argument);
+  }
+  SUBCASE("unknown dtype: its offsets are still checked") {
+    write_raw(p, R"({"a":{"dtype":"F4","shape":[8],"data_offsets":[0,9]}})", std::string(8, '\0'));
+    CHECK_THROWS_WITH_AS(st::File{p}, doctest::Contains("tensor 'a': data_offsets [0,9] run past the end"), std::invalid_argument);
   }
   SUBCASE("begin after end") {
     write_raw(p, R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[8,0]}})", std::string(8, '\0'));
@@ -268,12 +283,13 @@ TEST_CASE("BF16 checkpoint forms are quantized on load by the documented rules, 
     w.finish();
   }
   const LayerWeights lw = load_checkpoint_layer(p, cfg, 0);
-  // o_proj: per full row, scale = amax / 448, E4M3 Saturate of x / scale; rank r's columns
+  // o_proj: per row of each rank's own columns (ptpc-fp8-vllm), scale = max(amax / 448, floor),
+  // E4M3 of x / scale (tests/cpu/test_checkpoint_release.cpp checks the rule on every case)
   for (int64_t i : {int64_t(0), H / 2, H - 1}) {
-    float amax = 0;
-    for (int64_t j = 0; j < TOK; ++j) amax = std::max(amax, std::fabs(val(2, uint64_t(i * TOK + j))));
-    const float scale = amax / 448.0f;
     for (int r = 0; r < cfg.tp; ++r) {
+      float amax = 0;
+      for (int64_t j = 0; j < cfg.o_k(); ++j) amax = std::max(amax, std::fabs(val(2, uint64_t(i * TOK + r * cfg.o_k() + j))));
+      const float scale = std::max(amax / 448.0f, 1.0f / 229376.0f);
       CHECK(lw.ranks[r].s_o[size_t(i)] == scale);
       for (int64_t j = 0; j < cfg.o_k(); j += 97) {
         const float x = val(2, uint64_t(i * TOK + r * cfg.o_k() + j));
@@ -281,7 +297,7 @@ TEST_CASE("BF16 checkpoint forms are quantized on load by the documented rules, 
       }
     }
   }
-  // experts: OCP MXFP4 of each 32-block along the input dimension, rank slices
+  // experts: MXFP4 (the even rule by default) of each 32-block along the input dimension, rank slices
   for (int r = 0; r < cfg.tp; ++r)
     for (int e : {0, cfg.shared_expert()}) {
       auto ew = lw.experts->expert(r, e);
@@ -290,12 +306,12 @@ TEST_CASE("BF16 checkpoint forms are quantized on load by the documented rules, 
         float blk[32];
         uint8_t nib[32];
         for (int k = 0; k < 32; ++k) blk[k] = val(id1, uint64_t((r * cfg.inter + row) * H + 32 + k));  // block 1
-        const uint8_t s = mxfp4_quantize_block(blk, nib);
+        const uint8_t s = prep::mxfp4_block(blk, prep::MxScale::Even, nib);
         CHECK(ew->s13[size_t(row * (H / 32) + 1)] == s);
         for (int k = 0; k < 16; ++k) CHECK(ew->w13[size_t(row * (H / 2) + 16 + k)] == fp4_pack2(nib[2 * k], nib[2 * k + 1]));
         // w2 row `row`: columns [r*inter, ...), block 0
         for (int k = 0; k < 32; ++k) blk[k] = val(id2, uint64_t(row * TI + r * cfg.inter + k));
-        const uint8_t s2 = mxfp4_quantize_block(blk, nib);
+        const uint8_t s2 = prep::mxfp4_block(blk, prep::MxScale::Even, nib);
         CHECK(ew->s2[size_t(row * (cfg.inter / 32))] == s2);
         CHECK(ew->w2[size_t(row * (cfg.inter / 2))] == fp4_pack2(nib[0], nib[1]));
       }

@@ -9,8 +9,8 @@ namespace k4::tools {
 
 bool stderr_is_tty() { return ::isatty(2) == 1; }
 
-Progress::Progress(std::string label, bool force)
-    : label_(std::move(label)), enabled_(force || stderr_is_tty()), start_(std::chrono::steady_clock::now()) {}
+Progress::Progress(std::string label, bool force, std::string unit)
+    : label_(std::move(label)), unit_(std::move(unit)), enabled_(force || stderr_is_tty()), start_(std::chrono::steady_clock::now()) {}
 
 Progress::~Progress() { finish(); }
 
@@ -25,8 +25,12 @@ void Progress::update(uint64_t done, uint64_t total) {
   std::string bar(size_t(fill > width ? width : fill), '#');
   bar.resize(width, ' ');
   const double secs = std::chrono::duration<double>(now - start_).count();
-  std::fprintf(stderr, "\r%s [%s] %3d%% %.1f/%.1f MB %.1fs", label_.c_str(), bar.c_str(), int(f * 100 + 0.5),
-               double(done) / 1e6, double(total) / 1e6, secs);
+  if (unit_.empty())
+    std::fprintf(stderr, "\r%s [%s] %3d%% %.1f/%.1f MB %.1fs", label_.c_str(), bar.c_str(), int(f * 100 + 0.5),
+                 double(done) / 1e6, double(total) / 1e6, secs);
+  else
+    std::fprintf(stderr, "\r%s [%s] %3d%% %llu/%llu %s %.1fs", label_.c_str(), bar.c_str(), int(f * 100 + 0.5),
+                 (unsigned long long)done, (unsigned long long)total, unit_.c_str(), secs);
   std::fflush(stderr);
 }
 

@@ -9,14 +9,15 @@ namespace k4::tools {
 
 class Progress {
  public:
-  Progress(std::string label, bool force);
+  // unit "": bytes, shown as MB; else counts of that unit ("rows").
+  Progress(std::string label, bool force, std::string unit = "");
   ~Progress();
   void update(uint64_t done, uint64_t total);
   void finish();
   bool enabled() const { return enabled_; }
 
  private:
-  std::string label_;
+  std::string label_, unit_;
   bool enabled_ = false, drawn_ = false;
   std::chrono::steady_clock::time_point start_, last_;
 };

@@ -1,7 +1,10 @@
 // checkpoint.cpp -- see checkpoint.hpp.
 #include "golden/inputs/checkpoint.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -289,7 +292,8 @@ class CheckpointExpertSource : public ExpertSource {
 };
 
 // o_proj -> every rank's (w_o, s_o).
-void load_o_proj(const Checkpoint& ck, const Config& c, const DensePlan& d, LayerWeights& lw) {
+void load_o_proj(const Checkpoint& ck, const Config& c, const DensePlan& d, LayerWeights& lw,
+                 const std::function<void(uint64_t, uint64_t)>& progress) {
   const int64_t H = c.hidden, OK = c.o_k(), TOK = int64_t(c.tp) * OK;
   const st::TensorView& ow = ck.at(d.o);
   for (auto& R : lw.ranks) R.w_o.resize(static_cast<size_t>(H * OK)), R.s_o.resize(static_cast<size_t>(H));
@@ -306,8 +310,11 @@ void load_o_proj(const Checkpoint& ck, const Config& c, const DensePlan& d, Laye
   // An exception must not leave an OpenMP region (std::terminate): each row's error is kept
   // and the first row's is thrown after the loop.
   std::vector<std::string> errors(static_cast<size_t>(H));
+  std::atomic<uint64_t> rows_done{0};
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < H; ++i) {  // rows are independent: the same bits for any thread count
+    const uint64_t done = ++rows_done;
+    if (progress && omp_get_thread_num() == 0 && done % 64 == 0) progress(done, uint64_t(H));
     std::vector<float> x(static_cast<size_t>(TOK));
     for (int64_t j = 0; j < TOK; ++j)
       x[size_t(j)] = sv ? prep::mxfp8_value(ow.data[i * TOK + j], sv->data[i * (TOK / 32) + j / 32])
@@ -324,11 +331,13 @@ void load_o_proj(const Checkpoint& ck, const Config& c, const DensePlan& d, Laye
   }
   for (const std::string& e : errors)
     if (!e.empty()) throw std::invalid_argument(e);
+  if (progress) progress(uint64_t(H), uint64_t(H));
 }
 
 }  // namespace
 
-LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const Config& cfg, int layer, prep::MxScale mx) {
+LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const Config& cfg, int layer, prep::MxScale mx,
+                                   const std::function<void(uint64_t, uint64_t)>& progress) {
   cfg.validate();
   const Config& c = cfg;
   ck->require_shards(layer_names(*ck, c, layer));  // a missing shard is named before any work
@@ -358,7 +367,7 @@ LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const C
     const st::TensorView& t = ck->at(d.bias);
     for (int64_t i = 0; i < E; ++i) bias[size_t(i)] = load_f32(t.data, t.dtype, uint64_t(i));
   }
-  load_o_proj(*ck, c, d, lw);
+  load_o_proj(*ck, c, d, lw, progress);
   for (auto& R : lw.ranks) {
     R.g_post = g_post;
     R.w_gate = w_gate;
@@ -366,6 +375,15 @@ LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const C
   }
   lw.experts = std::make_shared<CheckpointExpertSource>(ck, cfg, std::move(experts), mx);
   return lw;
+}
+
+std::vector<RankWeights> load_o_proj_ranks(const Checkpoint& ck, const Config& cfg, int layer) {
+  cfg.validate();
+  const DensePlan d = plan_dense(ck, cfg, layer, nullptr);
+  LayerWeights lw;
+  lw.ranks.resize(static_cast<size_t>(cfg.tp));
+  load_o_proj(ck, cfg, d, lw, {});
+  return lw.ranks;
 }
 
 LayerWeights load_checkpoint_layer(const std::string& path, const Config& cfg, int layer, prep::MxScale mx) {

@@ -18,6 +18,7 @@
 // TP sharding: rank r takes o_proj input columns [r*o_k, (r+1)*o_k); expert w1 / w3 rows
 // and w2 columns [r*inter, (r+1)*inter) (scales alike); the norm weight, gate and bias replicated.
 #pragma once
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,8 +59,15 @@ struct LayerPlan {
 };
 LayerPlan plan_layer(const Checkpoint& ck, const Config& cfg, int layer, prep::MxScale mx = prep::MxScale::Even);
 
+// progress(done, total): o_proj rows prepared (the one slow part of loading; experts are
+// prepared when the model first routes to them), called from one thread.
 LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const Config& cfg, int layer,
-                                   prep::MxScale mx = prep::MxScale::Even);
+                                   prep::MxScale mx = prep::MxScale::Even,
+                                   const std::function<void(uint64_t, uint64_t)>& progress = {});
+// Only o_proj: every rank's (w_o, s_o) as load_checkpoint_layer makes them (tests of the
+// o_proj rules on a checkpoint whose experts K4 cannot read yet, the MXFP8 release).
+std::vector<RankWeights> load_o_proj_ranks(const Checkpoint& ck, const Config& cfg, int layer);
+
 LayerWeights load_checkpoint_layer(const std::string& path, const Config& cfg, int layer,
                                    prep::MxScale mx = prep::MxScale::Even);
 

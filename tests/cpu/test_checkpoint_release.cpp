@@ -305,6 +305,42 @@ TEST_CASE("o_proj per rank: the deployment's PTPC rule recomputed here from the 
   for (size_t i = 0; i < w.gate_f32.size(); i += 101) CHECK(w.ranks[1].w_gate[i] == bf16_bits_rne(w.gate_f32[i]));
 }
 
+TEST_CASE("o_proj from the MXFP8 release: exact dequantization, then the PTPC rule per rank (recomputed here)") {
+  const Releases& R = releases();
+  const Checkpoint ck(R.dir("mxfp8"));
+  const CheckpointShape s = checkpoint_shape(ck, "", -1, -1);
+  const Config& c = s.cfg;
+  const std::vector<RankWeights> w = load_o_proj_ranks(ck, c, 3);
+  const std::string base = "language_model.model.layers.3.self_attn.o_proj.";
+  const st::TensorView& o = ck.at(base + "weight");
+  const st::TensorView& sc = ck.at(base + "weight_scale_inv");
+  REQUIRE(o.dtype == st::SafetensorsDtype::F8_E4M3);
+  REQUIRE(sc.shape == std::vector<int64_t>{c.hidden, int64_t(c.tp) * c.o_k() / 32});
+  const int64_t OK = c.o_k(), TOK = int64_t(c.tp) * OK;
+  auto e4m3 = [](uint8_t b) {  // OCP E4M3 decoded here (no NaN codes in the fixture)
+    const int e = (b >> 3) & 15, m = b & 7;
+    const double v = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+    return (b & 0x80) ? -v : v;
+  };
+  int checked = 0;
+  for (int64_t i = 0; i < c.hidden; i += 29)
+    for (int r = 0; r < c.tp; ++r) {
+      std::vector<float> x(static_cast<size_t>(OK));
+      float amax = 0;
+      for (int64_t j = 0; j < OK; ++j) {
+        const int64_t col = r * OK + j;
+        x[size_t(j)] = float(std::ldexp(e4m3(o.data[i * TOK + col]), int(sc.data[i * (TOK / 32) + col / 32]) - 127));
+        amax = std::max(amax, std::fabs(x[size_t(j)]));
+      }
+      const float scale = std::max(amax / 448.0f, 1.0f / 229376.0f);
+      CHECK(w[size_t(r)].s_o[size_t(i)] == scale);
+      for (int64_t j = 0; j < OK; j += 37, ++checked)
+        CHECK(w[size_t(r)].w_o[size_t(i * OK + j)] == e4m3_nearest(std::min(std::max(x[size_t(j)] / scale, -448.0f), 448.0f)));
+    }
+  CHECK(checked > 1000);
+  CHECK(w[0].s_o != w[1].s_o);
+}
+
 TEST_CASE("only the layer's shards are needed: the index may name shards that are not on disk") {
   REQUIRE_K4();
   TempDir t;

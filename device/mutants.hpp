@@ -150,8 +150,7 @@ inline constexpr MutantInfo kMutants[] = {
   {48, "4 router", "router.cu", "clamp", "xn MXFP8 without the +-448 clamp (non-saturating convert: Inf -> NaN)", "R4.6, §1 E4M3 call sites: XN_SLICE (seed:L1419-L1442)", ""},
   {49, "4 router", "router.cu", "routing", "route key from sigmoid(logit + bias) instead of sigmoid(logit) + bias", "R4.8, R4.9: bf16_round (seed:L1465), route_key (seed:L1466)", ""},
   {50, "4 router", "router.cu", "selection", "route key ties (one bucket) go to the higher expert id", "R4.9: route_key (seed:L174-L180)", ""},
-  {51, "4 router", "router.cu", "nan", "route key of the raw NaN (its sign orders it) instead of the canonical one", "R4.9, P7: route_key (seed:L174-L180)", "",
-   "NVIDIA's f32 add returns the canonical NaN 0x7FFFFFFF for a NaN operand (P7): sig + a -NaN bias is +NaN there, whose raw key is the canonical one's"},
+  {51, "4 router", "router.cu", "nan", "route key of the raw NaN (its sign orders it) instead of the canonical one", "R4.9, P7: route_key (seed:L174-L180)", ""},
   // ---------------------------------------------------------------- stage 5: moe.cu
   {52, "5 moe", "moe.cu", "routing", "route weights from the biased score (the key's value) instead of sig", "R5.2: tot (seed:L1197-L1203)", ""},
   {53, "5 moe", "moe.cu", "routing", "route weights not renormalised: sig * route_scale", "R5.2: tot (seed:L1197-L1203)", ""},

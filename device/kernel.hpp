@@ -151,7 +151,7 @@ struct DevCfg {
   int wide_from, ag_rs_from;
   float sm_scale, eps, route_scale, shared_weight, swiglu_limit;
   // the variant (reference/variant.hpp), each switch as the index of its value (0: the seed's)
-  int router_gate, round_logit, wide_live_rows, wide_down_order, kv_scale, narrow_final, shared_fp8, index_cp;
+  int router_gate, round_logit, wide_live_rows, wide_down_order, kv_scale, narrow_final, shared_fp8, index_cp, experts;
   // derived
   int o_k, threads, ppb, split_keys, moe_slots, n_experts, table_words, long_from_blocks;
 };
@@ -170,7 +170,7 @@ inline DevCfg dev_cfg(const Config& c) {
   const Variant& v = c.variant;
   d.router_gate = int(v.router_gate), d.round_logit = v.round_logit ? 1 : 0, d.wide_live_rows = int(v.wide_live_rows);
   d.wide_down_order = int(v.wide_down_order), d.kv_scale = int(v.kv_scale), d.narrow_final = int(v.narrow_final);
-  d.shared_fp8 = v.shared_fp8 ? 1 : 0, d.index_cp = v.index_cp ? 1 : 0;
+  d.shared_fp8 = v.shared_fp8 ? 1 : 0, d.index_cp = v.index_cp ? 1 : 0, d.experts = int(v.experts);
   d.o_k = c.o_k(), d.threads = c.threads(), d.ppb = c.pages_per_block(), d.split_keys = c.split_keys();
   d.moe_slots = c.moe_slots(), d.n_experts = c.n_experts(), d.table_words = c.sparse_table_words();
   d.long_from_blocks = c.long_from_blocks();

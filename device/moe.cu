@@ -61,6 +61,17 @@ K4_BODY bool decode_fp8_block(int32_t* out, const uint8_t* codes, const int32_t*
   return nan;
 }
 
+// Expert e's weights are E4M3 (moe.experts = mxfp8, V7; the shared expert under
+// moe.shared_fp8, V6.1): one byte an element, NaN codes possible; else E2M1 pairs.
+K4_BODY bool expert_fp8(const DevCfg& cfg, int e) { return cfg.experts == 1 || (cfg.shared_fp8 != 0 && e == cfg.n_routed); }
+
+// Block b of a weight row -> integers (E2M1 x 2 or E4M3 x 2^9); returns whether one is NaN.
+K4_BODY bool decode_weight_block(int32_t* out, const uint8_t* row, int b, bool fp8, const int32_t* dec, const int32_t* fp4) {
+  if (fp8) return decode_fp8_block(out, row + size_t(b) * kBlockK, dec);
+  decode_fp4_block(out, load16(row + size_t(b) * 16), fp4);
+  return false;
+}
+
 // --------------------------------------------------------------------------- routing
 struct RouteBody {
   RouteArgs a;
@@ -166,6 +177,8 @@ struct UpGateBody {
     });
     const int n_use = uses[kMaxTokens * kMaxSlots];
     const size_t ex = size_t(r) * cfg.n_experts + e;
+    const bool fp8 = expert_fp8(cfg, e);
+    const size_t row_bytes = fp8 ? size_t(HID) : size_t(HID) / 2;
     const uint8_t* w13 = a.ex.w13[ex];
     const uint8_t* s13 = a.ex.s13[ex];
     const uint8_t* xn8 = a.xn8 + size_t(r) * S * HID;
@@ -189,17 +202,18 @@ struct UpGateBody {
       c.each(kUgRows * 2 * cfg.waves, [&](int i) {
         const int rr = i % kUgRows, gu = (i / kUgRows) % 2, w = i / (2 * kUgRows);
         const size_t wrow = size_t((K4_MUTANT_ON(58) ? 1 - gu : gu) * I + rg * kUgRows + rr);
-        const uint8_t* wp = w13 + wrow * (HID / 2);
+        const uint8_t* wp = w13 + wrow * row_bytes;
         const uint8_t* sp = s13 + wrow * KB;
         float acc[kUgBatch];
         for (int u = 0; u < kUgBatch; ++u) acc[u] = 0.0f;
         for (int b = w * wave_blocks; b < (w + 1) * wave_blocks; ++b) {
           int32_t wi[kBlockK];
-          decode_fp4_block(wi, load16(wp + size_t(b) * 16), fp4);
+          const bool wnan = decode_weight_block(wi, wp, b, fp8, dec, fp4);
           const uint8_t sa = sp[b];
           for (int u = 0; u < kUgBatch; ++u) {
             if (u >= nb) break;
-            const float blk = scale_block(block_dot_ints(wi, xi + size_t(u) * HID + b * kBlockK, xnan[u * KB + b] != 0 && !K4_MUTANT_ON(75), 10),
+            const float blk = scale_block(block_dot_ints(wi, xi + size_t(u) * HID + b * kBlockK,
+                                                         wnan || (xnan[u * KB + b] != 0 && !K4_MUTANT_ON(75)), fp8 ? 18 : 10),
                                           sa, xs[u * KB + b]);
             acc[u] = acc[u] + (K4_MUTANT_ON(59) ? mut::ftz(blk) : blk);
           }
@@ -236,20 +250,22 @@ struct UpGateBody {
 // ------------------------------------------------------------------------------ down
 constexpr int kDnRows = 32, kQuarters = 4, kTokenGroups = 4;
 
-// One unit: row wrow of an expert's w2 (scales srow), 128-k chunk kc, against a mid row
-// (mid8 / midsc); mid8 == nullptr: the zero mid row (scales 0), whose blocks are exactly +0.
-K4_BODY float down_unit(const uint8_t* wrow, const uint8_t* srow, int kc, const uint8_t* mid8, const uint8_t* midsc,
-                        const int32_t* dec, const int32_t* fp4) {
+// One unit: row wrow of an expert's w2 (scales srow; E4M3 where fp8), 128-k chunk kc, against
+// a mid row (mid8 / midsc); mid8 == nullptr: the zero mid row (scales 0), whose blocks are
+// exactly +0 (NaN against an E4M3 NaN weight code).
+K4_BODY float down_unit(const uint8_t* wrow, const uint8_t* srow, int kc, bool fp8, const uint8_t* mid8,
+                        const uint8_t* midsc, const int32_t* dec, const int32_t* fp4) {
   float c = 0.0f;
   for (int b0 = kc * 4, b; b0 < kc * 4 + 4 && (b = K4_MUTANT_ON(74) ? 8 * kc + 3 - b0 : b0, true); ++b0) {
+    int32_t wi[kBlockK], mi[kBlockK];
     if (mid8 == nullptr) {
-      c = c + scale_block(0.0f, srow[b], 0);  // block_dot of a zero row is +0
+      const bool wnan = fp8 && decode_weight_block(wi, wrow, b, fp8, dec, fp4);
+      c = c + scale_block(wnan ? f32_from_bits(kCanonicalNan) : 0.0f, srow[b], 0);  // block_dot of a zero row
       continue;
     }
-    int32_t wi[kBlockK], mi[kBlockK];
-    decode_fp4_block(wi, load16(wrow + size_t(b) * 16), fp4);
+    const bool wnan = decode_weight_block(wi, wrow, b, fp8, dec, fp4);
     const bool mnan = decode_fp8_block(mi, mid8 + size_t(b) * kBlockK, dec);
-    c = c + scale_block(block_dot_ints(wi, mi, mnan && !K4_MUTANT_ON(76), 10), srow[b], midsc[b]);
+    c = c + scale_block(block_dot_ints(wi, mi, wnan || (mnan && !K4_MUTANT_ON(76)), fp8 ? 18 : 10), srow[b], midsc[b]);
   }
   return c;
 }
@@ -284,7 +300,9 @@ struct DownBody {
         wts[i - 256] = a.weights[size_t(r) * S * SL + i - 256];
       }
     });
-    auto w2_row = [&](int e, int row) { return a.ex.w2[size_t(r) * cfg.n_experts + e] + size_t(row) * (I / 2); };
+    auto w2_row = [&](int e, int row) {
+      return a.ex.w2[size_t(r) * cfg.n_experts + e] + size_t(row) * size_t(expert_fp8(cfg, e) ? I : I / 2);
+    };
     auto s2_row = [&](int e, int row) { return a.ex.s2[size_t(r) * cfg.n_experts + e] + size_t(row) * IB; };
     if (wide) {
       // the distinct routed experts in id order, the shared one last (seed build_experts)
@@ -315,7 +333,7 @@ struct DownBody {
         }
         const int j = i - S * (nu + 1), u = j / (kDnRows * KC), rr = (j / KC) % kDnRows, kc = j % KC;
         const int e = uexp[u] < cfg.n_experts - 1 ? uexp[u] : cfg.n_experts - 1, row = task * kDnRows + rr;
-        const float z = down_unit(w2_row(e, row), s2_row(e, row), kc, nullptr, nullptr, dec, fp4) * 0.0f;
+        const float z = down_unit(w2_row(e, row), s2_row(e, row), kc, expert_fp8(cfg, e), nullptr, nullptr, dec, fp4) * 0.0f;
         znan[j] = is_nan(z) ? 1 : 0;
       });
     }
@@ -328,7 +346,7 @@ struct DownBody {
           if (a.units != nullptr)  // the fast path's tensor-core units (moe_fast.cu)
             return a.units[(((size_t(r) * S + k) * SL + s) * HID + row) * KC + kc];
           const int e = slot_expert(idk, s, cfg);
-          return down_unit(w2_row(e, row), s2_row(e, row), kc, mid8 + (size_t(k) * SL + s) * I,
+          return down_unit(w2_row(e, row), s2_row(e, row), kc, expert_fp8(cfg, e), mid8 + (size_t(k) * SL + s) * I,
                            midsc + (size_t(k) * SL + s) * IB, dec, fp4);
         };
         float* pk = part + (size_t(k) * kDnRows + rr) * kQuarters * 2;
@@ -349,7 +367,9 @@ struct DownBody {
           pk[q] = K4_MUTANT_ON(70) ? sh : acc;
           pk[kQuarters + q] = K4_MUTANT_ON(70) ? 0.0f : sh;
         } else {
-          const int nu = uexp[kMaxTokens * 4 + 1], n_units = (nu + 1) * KC, dn_witers = (u_max * KC + 3) / 4;
+          // the table's units; under shared_fp8 (V6.1) the routed experts' only
+          const int nu = uexp[kMaxTokens * 4 + 1], n_units = (cfg.shared_fp8 ? nu : nu + 1) * KC;
+          const int dn_witers = (u_max * KC + 3) / 4;
           float acc = 0.0f;
           for (int it = 0; it < dn_witers; ++it) {
             const int j = q + 4 * it;
@@ -361,6 +381,12 @@ struct DownBody {
               else term = znan[(du * kDnRows + rr) * KC + dkc] && !K4_MUTANT_ON(67) ? f32_from_bits(kCanonicalNan) : 0.0f;  // zero row x 0
             }
             acc = acc + term;
+          }
+          // V6.1: the MXFP8 shared expert's chunks after the table's, chunk c in quarter c mod 4
+          for (int it = 0; cfg.shared_fp8 && it < (KC + 3) / 4; ++it) {
+            const int c_raw = q + 4 * it;
+            const float u = unit(top_k, c_raw < KC - 1 ? c_raw : KC - 1) * wts[k * SL + top_k];
+            acc = acc + (c_raw < KC ? u : 0.0f);
           }
           pk[q] = acc;
         }

@@ -84,9 +84,9 @@ class Experts {
         } catch (const std::exception& x) {
           throw ExpertUnavailable("the device's routing picked " + name + ", which the weights cannot give: " + x.what());
         }
-        expect_size(name + " w13", ew->w13.size(), 2 * I * H / 2);
+        expect_size(name + " w13", ew->w13.size(), 2 * I * size_t(cfg.w13_row_bytes(e)));
         expect_size(name + " s13", ew->s13.size(), 2 * I * H / 32);
-        expect_size(name + " w2", ew->w2.size(), H * I / 2);
+        expect_size(name + " w2", ew->w2.size(), H * size_t(cfg.w2_row_bytes(e)));
         expect_size(name + " s2", ew->s2.size(), H * I / 32);
         Dev& d = have_[{r, e}];
         upload(d.w13, ew->w13), upload(d.s13, ew->s13), upload(d.w2, ew->w2), upload(d.s2, ew->s2);

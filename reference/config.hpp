@@ -69,6 +69,13 @@ struct Config {
   // One k / v scale a cache (split.kv_scale other than per_key: the inputs' k_scale / v_scale
   // are (1,)) instead of one a key.
   bool one_kv_scale() const { return variant.kv_scale != KvScale::per_key; }
+  // Expert e's weights are E4M3 (one byte an element) rather than E2M1 pairs: every expert
+  // under moe.experts = mxfp8 (V7), the shared one under moe.shared_fp8 (V6.1).
+  bool expert_fp8(int e) const {
+    return variant.experts == ExpertFormat::mxfp8 || (variant.shared_fp8 && e == shared_expert());
+  }
+  int w13_row_bytes(int e) const { return expert_fp8(e) ? hidden : hidden / 2; }  // a gate / up row
+  int w2_row_bytes(int e) const { return expert_fp8(e) ? inter : inter / 2; }     // a down row
 
   // Throws std::invalid_argument naming the first rule the config breaks.
   void validate() const;

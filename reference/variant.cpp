@@ -41,13 +41,17 @@ const std::vector<VariantSwitch>& variant_switches() {
        [](const Variant& v) { return int(v.narrow_final); },
        [](Variant& v, int i) { v.narrow_final = NarrowFinal(i); }},
       {"moe.shared_fp8", "V6.1", "the shared expert in MXFP8 (the seed's shared_fp8 build)",
-       {"off", "on"}, {true, false},
+       {"off", "on"}, {true, true},
        [](const Variant& v) { return v.shared_fp8 ? 1 : 0; },
        [](Variant& v, int i) { v.shared_fp8 = i == 1; }},
       {"index.cp", "V6.2", "indexer context parallelism (heads.count = TP, long from 288 blocks)",
        {"off", "on"}, {true, false},
        [](const Variant& v) { return v.index_cp ? 1 : 0; },
        [](Variant& v, int i) { v.index_cp = i == 1; }},
+      {"moe.experts", "V7", "the experts' format: MXFP4 (E2M1, the seed) or MXFP8 (E4M3, the MXFP8 release), E8M0 1x32 scales",
+       {"mxfp4", "mxfp8"}, {true, true},
+       [](const Variant& v) { return int(v.experts); },
+       [](Variant& v, int i) { v.experts = ExpertFormat(i); }},
   };
   return table;
 }
@@ -146,6 +150,10 @@ void check_variant(const Variant& v) {
       missing += std::string(missing.empty() ? "" : "; ") + s.name + " = " + switch_value(v, s) + " (VARIANTS.md " + s.rule + ")";
   if (!missing.empty())
     throw std::invalid_argument("variant " + variant_name(v) + ": declared but not modelled yet: " + missing);
+  if (v.shared_fp8 && v.experts == ExpertFormat::mxfp8)
+    throw std::invalid_argument("variant " + variant_name(v) +
+                                ": moe.shared_fp8 = on with moe.experts = mxfp8 is no build: MXFP8 experts keep the "
+                                "shared expert in their tables (VARIANTS.md V7), shared_fp8 takes it out of MXFP4 ones (V6.1)");
 }
 
 }  // namespace k4

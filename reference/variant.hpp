@@ -12,6 +12,7 @@
 //   moe.narrow_final     one_chain | split     V5.1 the narrow down's final sum (ATOM fork)
 //   moe.shared_fp8       off | on              V6.1 an MXFP8 shared expert
 //   index.cp             off | on              V6.2 indexer context parallelism
+//   moe.experts          mxfp4 | mxfp8         V7   every expert E4M3 with E8M0 1x32 scales (the MXFP8 release)
 // The first value of each is the seed's. Presets: seed, vllm-mono, aiter, atom (VARIANTS.md
 // §1). A value that is declared but not modelled yet is refused by check_variant, naming it.
 #pragma once
@@ -26,6 +27,7 @@ enum class WideRows : uint8_t { all, exclude_pad };
 enum class WideDownOrder : uint8_t { flat, per_expert };
 enum class KvScale : uint8_t { per_key, scalar, static448, atom_vllm };
 enum class NarrowFinal : uint8_t { one_chain, split };
+enum class ExpertFormat : uint8_t { mxfp4, mxfp8 };
 
 struct Variant {
   RouterGate router_gate = RouterGate::bf16;
@@ -36,6 +38,7 @@ struct Variant {
   NarrowFinal narrow_final = NarrowFinal::one_chain;
   bool shared_fp8 = false;
   bool index_cp = false;
+  ExpertFormat experts = ExpertFormat::mxfp4;
 };
 bool operator==(const Variant& a, const Variant& b);
 inline bool operator!=(const Variant& a, const Variant& b) { return !(a == b); }

@@ -13,6 +13,9 @@
 namespace k4 {
 
 // One expert of one rank: w13 = [gate rows (inter) ; up rows (inter)] x hidden.
+// Where Config::expert_fp8(e) (moe.experts = mxfp8, or the shared expert under
+// moe.shared_fp8) the weights are E4M3, one byte an element: w13 (2 inter, hidden),
+// w2 (hidden, inter); the scales are the same E8M0 1x32 blocks either way.
 struct ExpertWeights {
   std::vector<uint8_t> w13;  // (2 inter, hidden / 2)   E2M1 pairs, even element low nibble
   std::vector<uint8_t> s13;  // (2 inter, hidden / 32)  E8M0

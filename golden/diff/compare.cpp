@@ -464,13 +464,16 @@ TensorDiff compare_one(const DumpReader& g, const DumpReader& d, const std::stri
   td.name = s.name;
   td.group = group;
   td.path = path;
-  const RawTensor ref = golden_tensor(g, path, s.dtype);
+  DType dt = s.dtype;  // the experts' weights are E4M3 under moe.experts = mxfp8
+  if (std::string(s.dims).rfind("expert_", 0) == 0)
+    dt = spec_dtype(s, config_from_json(g.root_attr_string("config"), "golden " + g.path()));
+  const RawTensor ref = golden_tensor(g, path, dt);
   td.dtype = ref.dtype;
   td.dims = ref.dims;
   td.shape = ref.shape;
   td.elements = ref.elements();
   RawTensor got;
-  td.status = d.read(path, s.dtype, ref.shape, got, td.why);
+  td.status = d.read(path, dt, ref.shape, got, td.why);
   if (td.status != TensorDiff::Status::Match) return td;
   got.dims = ref.dims;
   diff_tensor(td, ref, got, max_list);

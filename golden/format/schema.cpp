@@ -128,10 +128,14 @@ const std::vector<TensorSpec>& tensor_specs() {
     {"moe/inputs", "sig", D::F32, "token,expert", "@router/outputs/sig", "stage 4 output"},
     {"moe/inputs", "key", D::I32, "token,expert", "@router/outputs/key", "stage 4 output"},
     {"moe/inputs", "expert_ids", D::I32, "used_expert", "", "the experts stored below: every id routed this step, ascending (the shared expert last)"},
-    {"moe/inputs", "w13", D::E2M1X2, "used_expert,gate_up_row,hidden_pair", "", "gate rows then up rows, E2M1 pairs"},
+    {"moe/inputs", "w13", D::E2M1X2, "expert_w13", "", "gate rows then up rows, E2M1 pairs (E4M3 under moe.experts = mxfp8)"},
     {"moe/inputs", "s13", D::E8M0, "used_expert,gate_up_row,hidden_block", "", "w13 block scales"},
-    {"moe/inputs", "w2", D::E2M1X2, "used_expert,hidden,inter_pair", "", "down projection, E2M1 pairs"},
+    {"moe/inputs", "w2", D::E2M1X2, "expert_w2", "", "down projection, E2M1 pairs (E4M3 under moe.experts = mxfp8)"},
     {"moe/inputs", "s2", D::E8M0, "used_expert,hidden,inter_block", "", "w2 block scales"},
+    {"moe/inputs", "sh_w13", D::E4M3, "sh_expert,gate_up_row,hidden", "", "moe.shared_fp8 only: the MXFP8 shared expert, gate rows then up rows, E4M3"},
+    {"moe/inputs", "sh_s13", D::E8M0, "sh_expert,gate_up_row,hidden_block", "", "moe.shared_fp8 only: sh_w13 block scales"},
+    {"moe/inputs", "sh_w2", D::E4M3, "sh_expert,hidden,inter", "", "moe.shared_fp8 only: the MXFP8 shared expert's down projection, E4M3"},
+    {"moe/inputs", "sh_s2", D::E8M0, "sh_expert,hidden,inter_block", "", "moe.shared_fp8 only: sh_w2 block scales"},
     {"moe/outputs", "route_ids", D::I32, "token,slot", "", "slots 0..3 the picks in pick order, 4 the shared expert", F(route.ids)},
     {"moe/outputs", "route_weights", D::F32, "token,slot", "", "routing weights", F(route.weights)},
     {"moe/outputs", "gate", D::F32, "token,slot,inter", "", "gate GEMV (before swiglu)", F(moe.gate)},
@@ -192,12 +196,30 @@ int64_t DimSizes::of(const std::string& d) const {
   if (d == "page_key") return c.page;
   if (d == "one") return 1;
   if (d == "used_expert") return used_experts;
+  if (d == "sh_expert") return 1;
   throw std::logic_error("schema: unknown dimension '" + d + "'");
 }
 
 std::string DimSizes::dims_of(const char* dims) const {
-  if (std::string(dims) == "kv_scale") return cfg.one_kv_scale() ? "one" : "page,page_key";
-  return dims;
+  const std::string d = dims;
+  if (d == "kv_scale") return cfg.one_kv_scale() ? "one" : "page,page_key";
+  // the stored experts' weights: E2M1 pairs, or one E4M3 byte an element (moe.experts = mxfp8)
+  const bool fp8 = cfg.variant.experts == ExpertFormat::mxfp8;
+  if (d == "expert_w13") return fp8 ? "used_expert,gate_up_row,hidden" : "used_expert,gate_up_row,hidden_pair";
+  if (d == "expert_w2") return fp8 ? "used_expert,hidden,inter" : "used_expert,hidden,inter_pair";
+  return d;
+}
+
+DType DimSizes::dtype_of(const TensorSpec& s) const { return spec_dtype(s, cfg); }
+
+bool spec_present(const TensorSpec& s, const Config& c) {
+  return std::string(s.dims).rfind("sh_expert,", 0) != 0 || c.variant.shared_fp8;
+}
+
+DType spec_dtype(const TensorSpec& s, const Config& c) {
+  const std::string d = s.dims;
+  if ((d == "expert_w13" || d == "expert_w2") && c.variant.experts == ExpertFormat::mxfp8) return DType::E4M3;
+  return s.dtype;
 }
 
 int stage_of(const TensorSpec& s) {
@@ -272,10 +294,12 @@ void config_field(const nlohmann::json& v, const char* f, std::string& out, cons
   out = v.get<std::string>();
 }
 
-// The variant object: every switch of this tool's table, each a known value.
+// The variant object: every switch of this tool's table, each a known value. moe.experts
+// came after the others: a variant object without it is of the MXFP4 experts (mxfp4).
 void config_variant(const nlohmann::json& v, Variant& out, const std::string& where) {
   if (!v.is_object()) bad_field(where, "variant", v, "an object of variant switches");
   for (const VariantSwitch& s : variant_switches()) {
+    if (!v.contains(s.name) && std::string(s.name) == "moe.experts") continue;
     if (!v.contains(s.name)) throw FormatError(where + ": config variant lacks switch '" + s.name + "'");
     const nlohmann::json& x = v.at(s.name);
     if (!x.is_string()) bad_field(where, s.name, x, "a string");

@@ -54,6 +54,12 @@ class FormatError : public std::invalid_argument {
 // The stored form of a dtype (the table and the dtypes: tensors.hpp).
 h5::Elem stored_elem(DType d);  // the integer type a dtype's bits are stored as
 std::string shape_str(const std::vector<uint64_t>& s);  // "(4,2048)"
+// A tensor's dtype in a file of config c: the table's, except the experts' w13 / w2, which are
+// E4M3 under moe.experts = mxfp8 (V7).
+DType spec_dtype(const TensorSpec& s, const Config& c);
+// Whether a file of config c holds tensor s: the MXFP8 shared expert's sh_* only under
+// moe.shared_fp8 (V6.1), where the stacked w13 .. s2 hold the routed experts only.
+bool spec_present(const TensorSpec& s, const Config& c);
 
 // Config <-> JSON (every field; reading requires every field and no others).
 std::string config_to_json(const Config& c);

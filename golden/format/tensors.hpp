@@ -35,7 +35,7 @@ struct TensorSpec {
   const char* group;    // "/inputs" or a rank-relative "<stage>/<inputs|outputs>"
   const char* name;
   DType dtype;
-  const char* dims;     // comma-separated dimension names; "kv_scale" resolves by config
+  const char* dims;     // comma-separated dimension names; "kv_scale", "expert_w13", "expert_w2" resolve by config
   const char* link;     // "" = stored here; else the target: "/inputs/x" or "@<stage>/<io>/x" (same rank)
   const char* meaning;
   ResultField field = nullptr;  // stage outputs: where the model's result holds it
@@ -74,7 +74,8 @@ struct DimSizes {
   int64_t of(const std::string& dim) const;                 // throws on an unknown name
   std::vector<uint64_t> shape(const char* dims) const;
   uint64_t count(const char* dims) const;                   // elements: the shape's product
-  std::string dims_of(const char* dims) const;              // "kv_scale" resolved
+  std::string dims_of(const char* dims) const;              // "kv_scale", "expert_w13", "expert_w2" resolved
+  DType dtype_of(const TensorSpec& s) const;                // spec_dtype(s, cfg) (schema.hpp)
 };
 
 }  // namespace k4::golden

@@ -26,7 +26,7 @@ struct Writer {
   }
 
   void describe(const h5::Dataset& d, const TensorSpec& s) const {
-    d.set_attr("dtype", dtype_name(s.dtype));
+    d.set_attr("dtype", dtype_name(dims.dtype_of(s)));
     d.set_attr("dims", dims.dims_of(s.dims));
     d.set_attr("meaning", s.meaning);
   }
@@ -83,6 +83,7 @@ std::vector<int32_t> used_experts(const RouteOut& route, const Config& cfg) {
     if (e < 0 || e > cfg.n_routed)
       throw std::invalid_argument("golden: route id " + std::to_string(e) + " is outside 0.." + std::to_string(cfg.n_routed));
   out.assign(ids.begin(), ids.end());  // ascending: the shared expert (n_routed) last
+  if (cfg.variant.shared_fp8) out.pop_back();  // V6.1: the MXFP8 shared expert is stored apart (sh_*)
   return out;
 }
 
@@ -132,7 +133,13 @@ void put_experts(Writer& W, const h5::Group& g, const LayerWeights& lw, int rank
       }
     }
   }
-  (void)c;
+  if (c.variant.shared_fp8) {  // V6.1: the MXFP8 shared expert's own tables
+    const std::shared_ptr<const ExpertWeights> sh = lw.experts->expert(rank, c.shared_expert());
+    W.put(g, "moe/inputs", "sh_w13", sh->w13);
+    W.put(g, "moe/inputs", "sh_s13", sh->s13);
+    W.put(g, "moe/inputs", "sh_w2", sh->w2);
+    W.put(g, "moe/inputs", "sh_s2", sh->s2);
+  }
 }
 
 // Pages the split reads: every page id of the sparse tables (unselected slots name page 0).
@@ -252,10 +259,12 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
 uint64_t estimate_bytes(const LayerWeights& lw, const StepInputs& in, const StepResult& res) {
   const Config& c = lw.cfg;
   uint64_t t = 0;
-  const uint64_t per_expert = uint64_t(2 * c.inter) * (c.hidden / 2 + c.hidden / 32) + uint64_t(c.hidden) * (c.inter / 2 + c.inter / 32);
+  const uint64_t wb = c.variant.experts == ExpertFormat::mxfp8 || c.variant.shared_fp8 ? 1 : 2;  // E4M3 or E2M1 pairs
+  const uint64_t per_expert =
+      uint64_t(2 * c.inter) * (c.hidden / wb + c.hidden / 32) + uint64_t(c.hidden) * (c.inter / wb + c.inter / 32);
   for (int r = 0; r < c.tp; ++r) {
     t += in.ranks[r].k_cache.size() * 2 + lw.ranks[r].w_o.size();
-    t += used_experts(res.ranks[r].route, c).size() * per_expert;
+    t += (used_experts(res.ranks[r].route, c).size() + 1) * per_expert;
   }
   return t;
 }

@@ -89,6 +89,11 @@ void e4m3_codes(uint64_t key, uint64_t begin, uint64_t n, uint8_t* out) {
   }
 }
 
+void e4m3_weights(uint64_t key, uint64_t begin, uint64_t n, uint8_t* out) {
+  e4m3_codes(key, begin, n, out);
+  for (uint64_t i = 0; i < n; ++i) out[i] = uint8_t((out[i] & 0x80u) | ((out[i] & 0x7Fu) % 0x58u));
+}
+
 void row_scales(uint64_t key, uint64_t begin, uint64_t n, float* out) {
   for (uint64_t i = 0; i < n; ++i) {
     const double u = double(word(key, begin + i) >> 40) * (1.0 / 16777216.0);
@@ -126,6 +131,22 @@ std::shared_ptr<ExpertWeights> SyntheticExpertSource::build(int rank, int e) con
   const uint64_t H = uint64_t(c.hidden), I = uint64_t(c.inter), TI = uint64_t(c.tp) * I, r = uint64_t(rank);
   auto key = [&](hf::Tensor t) { return tensor_key(seed_, hf::name(t, layer_, e, sh)); };
   auto ew = std::make_shared<ExpertWeights>();
+  if (c.expert_fp8(e)) {  // MXFP8 (V7, V6.1): the same slices, one E4M3 byte an element
+    ew->w13.resize(2 * I * H);
+    ew->s13.resize(2 * I * H / 32);
+    ew->w2.resize(H * I);
+    ew->s2.resize(H * I / 32);
+    e4m3_weights(key(hf::Tensor::W1), r * I * H, I * H, ew->w13.data());
+    e4m3_weights(key(hf::Tensor::W3), r * I * H, I * H, ew->w13.data() + I * H);
+    expert_scales(key(hf::Tensor::W1Scale), r * I * (H / 32), I * H / 32, ew->s13.data());
+    expert_scales(key(hf::Tensor::W3Scale), r * I * (H / 32), I * H / 32, ew->s13.data() + I * H / 32);
+    const uint64_t k2 = key(hf::Tensor::W2), k2s = key(hf::Tensor::W2Scale);
+    for (uint64_t i = 0; i < H; ++i) {
+      e4m3_weights(k2, i * TI + r * I, I, ew->w2.data() + i * I);
+      expert_scales(k2s, i * (TI / 32) + r * (I / 32), I / 32, ew->s2.data() + i * (I / 32));
+    }
+    return ew;
+  }
   ew->w13.resize(2 * I * H / 2);
   ew->s13.resize(2 * I * H / 32);
   ew->w2.resize(H * I / 2);
@@ -196,7 +217,7 @@ LayerWeights synthetic_layer(const Config& cfg, uint64_t seed, int layer) {
 
 namespace {
 
-enum class Gen { Fp4, ExpertScale, E4m3, RowScale, NormalBf16, NormalF32 };
+enum class Gen { Fp4, ExpertScale, E4m3, E4m3Weight, RowScale, NormalBf16, NormalF32 };
 struct Item {
   std::string name;
   st::SafetensorsDtype dtype;
@@ -222,6 +243,15 @@ std::vector<Item> items(const Config& c, int layer) {
   };
   for (int e = 0; e <= c.n_routed; ++e) {
     const bool sh = e == c.shared_expert();
+    if (c.expert_fp8(e)) {  // MXFP8: F8_E4M3 weights (the MXFP8 release's dtype), U8 E8M0 scales
+      v.push_back({hf::name(T::W1, layer, e, sh), st::SafetensorsDtype::F8_E4M3, {TI, H}, Gen::E4m3Weight});
+      v.push_back({hf::name(T::W1Scale, layer, e, sh), st::SafetensorsDtype::U8, {TI, H / 32}, Gen::ExpertScale});
+      v.push_back({hf::name(T::W3, layer, e, sh), st::SafetensorsDtype::F8_E4M3, {TI, H}, Gen::E4m3Weight});
+      v.push_back({hf::name(T::W3Scale, layer, e, sh), st::SafetensorsDtype::U8, {TI, H / 32}, Gen::ExpertScale});
+      v.push_back({hf::name(T::W2, layer, e, sh), st::SafetensorsDtype::F8_E4M3, {H, TI}, Gen::E4m3Weight});
+      v.push_back({hf::name(T::W2Scale, layer, e, sh), st::SafetensorsDtype::U8, {H, TI / 32}, Gen::ExpertScale});
+      continue;
+    }
     v.push_back({hf::name(T::W1, layer, e, sh), st::SafetensorsDtype::U8, {TI, H / 2}, Gen::Fp4});
     v.push_back({hf::name(T::W1Scale, layer, e, sh), st::SafetensorsDtype::U8, {TI, H / 32}, Gen::ExpertScale});
     v.push_back({hf::name(T::W3, layer, e, sh), st::SafetensorsDtype::U8, {TI, H / 2}, Gen::Fp4});
@@ -238,6 +268,7 @@ void generate(const Item& it, uint64_t key, uint64_t begin, uint64_t n, uint8_t*
     case Gen::Fp4: fp4_packed(key, begin, n, out); break;
     case Gen::ExpertScale: expert_scales(key, begin, n, out); break;
     case Gen::E4m3: e4m3_codes(key, begin, n, out); break;
+    case Gen::E4m3Weight: e4m3_weights(key, begin, n, out); break;
     case Gen::RowScale: row_scales(key, begin, n, reinterpret_cast<float*>(out)); break;
     case Gen::NormalBf16: normal_bf16(key, it.sigma, begin, n, reinterpret_cast<uint16_t*>(out)); break;
     case Gen::NormalF32: normal_f32(key, it.sigma, begin, n, reinterpret_cast<float*>(out)); break;

@@ -9,6 +9,8 @@
 //   expert w1/w3/w2 (MXFP4, packed byte b): word b/4, bytes 2(b%4) and 2(b%4)+1 give the low
 //     and high nibble: sign = bit 7, magnitude code from the 7 low bits by a fixed table
 //     (0, .5, 1, 1.5, 2, 3, 4, 6 with weights 20, 30, 24, 18, 14, 12, 6, 4 of 128)
+//   MXFP8 experts (moe.experts = mxfp8, or the shared one under moe.shared_fp8; E4M3 code i):
+//     the o_proj code below with its 7 magnitude bits taken mod 0x58 (|value| < 16)
 //   expert scales (E8M0, byte b): 121 + (byte b%8 of word b/8) % 4: 2^-6 .. 2^-3
 //   o_proj (E4M3, code i): byte i%8 of word i/8, the NaN codes 0x7F / 0xFF moved to +-448
 //   o_proj row scale (F32, row i): 1e-3 * (0.5 + top 24 bits of word i / 2^24)
@@ -38,6 +40,7 @@ inline uint64_t word(uint64_t key, uint64_t c) { return splitmix64(key + (c + 1)
 void fp4_packed(uint64_t key, uint64_t begin, uint64_t n, uint8_t* out);
 void expert_scales(uint64_t key, uint64_t begin, uint64_t n, uint8_t* out);
 void e4m3_codes(uint64_t key, uint64_t begin, uint64_t n, uint8_t* out);
+void e4m3_weights(uint64_t key, uint64_t begin, uint64_t n, uint8_t* out);  // MXFP8 expert codes
 void row_scales(uint64_t key, uint64_t begin, uint64_t n, float* out);
 void normal_bf16(uint64_t key, double sigma, uint64_t begin, uint64_t n, uint16_t* out);
 void normal_f32(uint64_t key, double sigma, uint64_t begin, uint64_t n, float* out);

@@ -59,8 +59,6 @@ int slot_expert(const RouteOut& route, int k, int slot, const Config& cfg) {
   return std::min(route.ids[size_t(k) * cfg.moe_slots() + slot], cfg.n_experts() - 1);
 }
 
-void decode_fp4_row(int32_t* out, const uint8_t* packed, int n) { decode_fp4_row_fast(out, packed, n); }
-
 // E4M3 row -> value * 2^9 per element; nan[b]: block b holds a NaN.
 void decode_fp8_row(int32_t* out, uint8_t* nan, const uint8_t* x, int n) {
   for (int b = 0; b < n / kBlockK; ++b) nan[b] = 0;
@@ -68,12 +66,34 @@ void decode_fp8_row(int32_t* out, uint8_t* nan, const uint8_t* x, int n) {
   for (int i = 0; i < n; ++i) nan[i / kBlockK] |= e4m3_is_nan(x[i]);
 }
 
+// One weight row of an expert, decoded: E2M1 (value x 2, no NaN code) or, where the expert is
+// MXFP8 (V7, V6.1), E4M3 (value x 2^9, NaN codes flagged a block). Against the E4M3 x 2^9
+// activations a block sum is an integer times 2^-10 or 2^-18 (mma_f4f8_k128 / mma_f8f8_k128).
+struct WeightRow {
+  std::vector<int32_t> v;
+  std::vector<uint8_t> nan;
+  int frac = 10;
+  void load(const uint8_t* row, int n, bool fp8) {
+    v.resize(size_t(n));
+    nan.assign(size_t(n / kBlockK), 0);
+    frac = fp8 ? 18 : 10;
+    if (fp8)
+      decode_fp8_row(v.data(), nan.data(), row, n);
+    else
+      decode_fp4_row_fast(v.data(), row, n);
+  }
+};
+
 // One wave's (or unit's) scaled MFMA chain over blocks [b0, b1) from 0: c = c + scaled block.
-float mfma_chain(const int32_t* w, const uint8_t* sa, const int32_t* x, const uint8_t* xnan, const uint8_t* sb, int b0,
+float mfma_chain(const WeightRow& w, const uint8_t* sa, const int32_t* x, const uint8_t* xnan, const uint8_t* sb, int b0,
                  int b1) {
   float c = 0.0f;
-  for (int b = b0; b < b1; ++b)
-    c = c + scale_block(block_dot_i32(w + b * kBlockK, x + b * kBlockK, xnan[b] != 0), sa[b], sb[b]);
+  for (int b = b0; b < b1; ++b) {
+    const bool nan = xnan[b] != 0 || w.nan[size_t(b)] != 0;
+    const float blk = w.frac == 10 ? block_dot_i32(w.v.data() + b * kBlockK, x + b * kBlockK, nan)
+                                   : block_dot_i64(w.v.data() + b * kBlockK, x + b * kBlockK, nan);
+    c = c + scale_block(blk, sa[b], sb[b]);
+  }
   return c;
 }
 
@@ -106,11 +126,13 @@ void experts_up_gate(MoeOut& out, const RouteOut& route, const RouterOut& r, con
     const int e = eu.first;  // not a structured binding: clang 14 cannot capture one in an OpenMP region
     const auto& uses = eu.second;
     const std::shared_ptr<const ExpertWeights> ew = src.expert(rank, e);
+    const bool fp8 = cfg.expert_fp8(e);
+    const size_t rb = size_t(cfg.w13_row_bytes(e));
 #pragma omp parallel for schedule(static)
     for (int row = 0; row < I; ++row) {
-      std::vector<int32_t> wg(HID), wu(HID);
-      decode_fp4_row(wg.data(), &ew->w13[size_t(row) * HID / 2], HID);
-      decode_fp4_row(wu.data(), &ew->w13[size_t(I + row) * HID / 2], HID);
+      WeightRow wg, wu;
+      wg.load(&ew->w13[size_t(row) * rb], HID, fp8);
+      wu.load(&ew->w13[size_t(I + row) * rb], HID, fp8);
       const uint8_t* sg = &ew->s13[size_t(row) * KB];
       const uint8_t* su = &ew->s13[size_t(I + row) * KB];
       for (const auto& [k, s] : uses.ts) {
@@ -119,8 +141,8 @@ void experts_up_gate(MoeOut& out, const RouteOut& route, const RouterOut& r, con
         const uint8_t* sb = &r.xsc[size_t(k) * KB];
         float g = 0.0f, u = 0.0f;  // gsum = 0.0; gsum = gsum + wave partial, waves in order
         for (int w = 0; w < cfg.waves; ++w) {
-          g = g + mfma_chain(wg.data(), sg, xk, nk, sb, w * wave_blocks, (w + 1) * wave_blocks);
-          u = u + mfma_chain(wu.data(), su, xk, nk, sb, w * wave_blocks, (w + 1) * wave_blocks);
+          g = g + mfma_chain(wg, sg, xk, nk, sb, w * wave_blocks, (w + 1) * wave_blocks);
+          u = u + mfma_chain(wu, su, xk, nk, sb, w * wave_blocks, (w + 1) * wave_blocks);
         }
         const size_t o = (size_t(k) * SL + s) * I + row;
         out.gate[o] = canon_nan(g);
@@ -155,17 +177,20 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
     const std::shared_ptr<const ExpertWeights> ew = src.expert(rank, e);
     std::vector<uint8_t>& ns = nanscale[e];
     ns.assign(size_t(HID) * KC, 0);
+    const bool fp8 = cfg.expert_fp8(e);
+    const size_t rb = size_t(cfg.w2_row_bytes(e));
 #pragma omp parallel for schedule(static)
     for (int row = 0; row < HID; ++row) {
-      std::vector<int32_t> wr(I);
-      decode_fp4_row(wr.data(), &ew->w2[size_t(row) * I / 2], I);
+      WeightRow wr;
+      wr.load(&ew->w2[size_t(row) * rb], I, fp8);
       const uint8_t* sa = &ew->s2[size_t(row) * IB];
+      // a NaN weight scale, or (E4M3) a NaN weight code, makes the unit on the zero mid row NaN
       for (int kc = 0; kc < KC; ++kc)
-        for (int b = 0; b < 4; ++b) ns[size_t(row) * KC + kc] |= e8m0_is_nan(sa[kc * 4 + b]);
+        for (int b = 0; b < 4; ++b) ns[size_t(row) * KC + kc] |= e8m0_is_nan(sa[kc * 4 + b]) | wr.nan[size_t(kc * 4 + b)];
       for (const auto& [k, s] : uses.ts) {
         const size_t ks = size_t(k) * SL + s;
         for (int kc = 0; kc < KC; ++kc)
-          dcu[(ks * HID + row) * KC + kc] = mfma_chain(wr.data(), sa, &mid[ks * I], &midnan[ks * IB], &out.midsc[ks * IB], kc * 4, kc * 4 + 4);
+          dcu[(ks * HID + row) * KC + kc] = mfma_chain(wr, sa, &mid[ks * I], &midnan[ks * IB], &out.midsc[ks * IB], kc * 4, kc * 4 + 4);
       }
     }
   }
@@ -178,7 +203,10 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
     if (e != cfg.shared_expert()) uexp.push_back(e);
   const int nu = int(uexp.size());
   uexp.push_back(cfg.shared_expert());
-  const int u_max = top_k * tokens + 1, n_units = (nu + 1) * KC, dn_witers = (u_max * KC + 3) / 4;
+  // the table's units: every distinct expert, the shared one last; under shared_fp8 (V6.1)
+  // the routed ones only (n_units (seed:L2180)), the MXFP8 shared expert's units following them
+  const bool sh8 = cfg.variant.shared_fp8;
+  const int u_max = top_k * tokens + 1, n_tbl_units = (sh8 ? nu : nu + 1) * KC, dn_witers = (u_max * KC + 3) / 4;
   std::vector<const uint8_t*> nan_of_du(nu + 1);  // nanscale of distinct expert du, no map lookups
   for (int du = 0; du <= nu; ++du) nan_of_du[du] = nanscale.at(std::min(uexp[du], cfg.n_experts() - 1)).data();
   // urow (seed down_tables): token k's slot routed to distinct expert du, or -1 (the zero row)
@@ -216,7 +244,7 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
           float acc = 0.0f;
           for (int i = 0; i < dn_witers; ++i) {
             const int j = q + 4 * i;
-            const bool ok = j < n_units;
+            const bool ok = j < n_tbl_units;
             float term = 0.0f;
             if (ok) {
               const int du = std::min(j / KC, u_max - 1), dkc = j % KC;
@@ -230,6 +258,14 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
               }
             }
             acc = acc + term;
+          }
+          // V6.1, shared_fp8 (seed:L2217-L2235), shared_fp8 (seed:L2291-L2306): the MXFP8 shared expert's units
+          // after the table's, chunk c in quarter c mod 4 (the flat order puts it in
+          // (2 nu + c) mod 4): c_raw = q + 4 i, c = min(c_raw, KC - 1), +0 past the last chunk
+          for (int i = 0; sh8 && i < sh_upw; ++i) {
+            const int c_raw = q + 4 * i;
+            const float u = unit(top_k, std::min(c_raw, KC - 1)) * weight(top_k);
+            acc = acc + (c_raw < KC ? u : 0.0f);
           }
           tot = tot + acc;
         }

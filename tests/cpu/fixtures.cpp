@@ -62,9 +62,20 @@ class RandomExperts : public ExpertSource {
       }
     };
     auto scales = [&](std::vector<uint8_t>& v, size_t n) { v.resize(n); for (auto& x : v) x = uint8_t(119 + r.below(3)); };
-    bytes(w->w13, size_t(2 * I) * H / 2);
-    scales(w->s13, size_t(2 * I) * H / 32);
-    bytes(w->w2, size_t(H) * I / 2);
+    // an MXFP8 expert (V7, V6.1): E4M3 codes below 16 in magnitude (as E2M1's 6 is), no NaN
+    auto fp8 = [&](std::vector<uint8_t>& v, size_t n) {
+      bytes(v, n);
+      for (auto& x : v) x = uint8_t((x & 0x80u) | ((x & 0x7Fu) % 0x58u));
+    };
+    if (cfg_.expert_fp8(e)) {
+      fp8(w->w13, size_t(2 * I) * H);
+      scales(w->s13, size_t(2 * I) * H / 32);
+      fp8(w->w2, size_t(H) * I);
+    } else {
+      bytes(w->w13, size_t(2 * I) * H / 2);
+      scales(w->s13, size_t(2 * I) * H / 32);
+      bytes(w->w2, size_t(H) * I / 2);
+    }
     scales(w->s2, size_t(H) * I / 32);
     return w;
   }

@@ -725,14 +725,16 @@ std::map<int, std::vector<std::pair<int, int>>> uses_of(const Config& cfg, const
   return uses;
 }
 
-// Rows [r0, r0 + nr) of an MXFP4 matrix (cols wide) with its E8M0 scales, as doubles.
+// Rows [r0, r0 + nr) of an MXFP4 (or, fp8, MXFP8: one E4M3 byte an element) matrix (cols
+// wide) with its E8M0 scales, as doubles.
 void decode_mxfp4_rows(Mat& out, Mat& out_abs, const std::vector<uint8_t>& w, const std::vector<uint8_t>& s, int r0, int nr,
-                       int cols) {
+                       int cols, bool fp8 = false) {
   out.resize(nr, cols), out_abs.resize(nr, cols);
   for (int r = 0; r < nr; ++r)
     for (int i = 0; i < cols; ++i) {
-      const uint8_t byte = w[size_t(r0 + r) * cols / 2 + i / 2];
-      const double v = dec4(i % 2 ? uint8_t(byte >> 4) : uint8_t(byte & 15)) * decs(s[size_t(r0 + r) * cols / 32 + i / 32]);
+      const uint8_t byte = fp8 ? w[size_t(r0 + r) * cols + i] : w[size_t(r0 + r) * cols / 2 + i / 2];
+      const double code = fp8 ? dec8(byte) : dec4(i % 2 ? uint8_t(byte >> 4) : uint8_t(byte & 15));
+      const double v = code * decs(s[size_t(r0 + r) * cols / 32 + i / 32]);
       out(r, i) = v, out_abs(r, i) = std::fabs(v);
     }
 }
@@ -762,8 +764,8 @@ Report check_up_gate(const Config& cfg, const RouteOut& ro, const RouterOut& r, 
     for (int r0 = 0; r0 < I; r0 += R) {
       const int nr = std::min(R, I - r0);
       Mat Wg, Wga, Wu, Wua;
-      decode_mxfp4_rows(Wg, Wga, ew->w13, ew->s13, r0, nr, HID);
-      decode_mxfp4_rows(Wu, Wua, ew->w13, ew->s13, I + r0, nr, HID);
+      decode_mxfp4_rows(Wg, Wga, ew->w13, ew->s13, r0, nr, HID, cfg.expert_fp8(e));
+      decode_mxfp4_rows(Wu, Wua, ew->w13, ew->s13, I + r0, nr, HID, cfg.expert_fp8(e));
       const Mat G = Wg * X, GA = Wga * Xa, U = Wu * X, UA = Wua * Xa;
       for (int j = 0; j < nu; ++j) {
         const auto [k, s] = uses[j];
@@ -836,7 +838,7 @@ Report check_down(const Config& cfg, const RouteOut& ro, const ExpertSource& src
     for (int r0 = 0; r0 < HID; r0 += R) {
       const int nr = std::min(R, HID - r0);
       Mat Wd, Wda;
-      decode_mxfp4_rows(Wd, Wda, ew->w2, ew->s2, r0, nr, I);
+      decode_mxfp4_rows(Wd, Wda, ew->w2, ew->s2, r0, nr, I, cfg.expert_fp8(e));
       const Mat P = Wd * M, PA = Wda * Ma;
       for (int j = 0; j < nu; ++j) {
         const auto [k, s] = uses[j];

@@ -37,7 +37,7 @@ TEST_CASE("the switch table: names unique, the seed's value first and modelled, 
     }
   }
   CHECK(names == std::set<std::string>{"router.gate", "router.round_logit", "moe.wide_live_rows", "moe.wide_down_order",
-                                       "split.kv_scale", "moe.narrow_final", "moe.shared_fp8", "index.cp"});
+                                       "split.kv_scale", "moe.narrow_final", "moe.shared_fp8", "index.cp", "moe.experts"});
 }
 
 TEST_CASE("presets are VARIANTS.md §1's sets") {
@@ -115,6 +115,13 @@ TEST_CASE("config JSON carries every switch and round-trips each modelled varian
       CHECK(back.variant == c.variant);
       CHECK(golden::config_to_json(back) == golden::config_to_json(c));
     }
+  {  // moe.experts came after the other switches: a variant object without it is mxfp4
+    std::string j = golden::config_to_json(preset("tiny"));
+    const std::string item = ",\"moe.experts\":\"mxfp4\"";
+    REQUIRE(j.find(item) != std::string::npos);
+    j.erase(j.find(item), item.size());
+    CHECK(golden::config_from_json(j, "c").variant == Variant{});
+  }
   CHECK(preset("tiny").one_kv_scale() == false);
   Config c = preset("tiny");
   c.variant.kv_scale = KvScale::scalar;

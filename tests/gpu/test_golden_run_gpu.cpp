@@ -83,6 +83,12 @@ std::vector<GoldenCase> golden_cases() {
   v.back().variant = "split.kv_scale=static448";
   add("ATOM vllm cache split (atom_vllm)", "tiny", 2, 7, {"long", "short", "medium", "0", "2000"});
   v.back().variant = "split.kv_scale=atom_vllm";
+  add("MXFP8 experts, narrow", "tiny", 2, 4, {"long", "short", "medium"});
+  v.back().variant = "moe.experts=mxfp8";
+  add("MXFP8 experts, wide", "small", 2, 9, {"long", "short", "medium"});
+  v.back().variant = "moe.experts=mxfp8";
+  add("MXFP8 shared expert (shared_fp8), wide", "tiny", 2, 8, {"long", "short", "medium"});
+  v.back().variant = "moe.shared_fp8=on";
   add("full preset TP4 S=16 long", "minimax-m3-tp4", 4, 16, {"long"});
   // R5.14: a wide step in which each distinct expert's NaN s2 scale meets the zero mid rows of
   // the tokens not routed to it (those rows NaN for every token; kernel mutant 67 gives +0)

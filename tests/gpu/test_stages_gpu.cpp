@@ -362,7 +362,8 @@ TEST_CASE("sweep tiny small") {
   const std::vector<Cfg> cfgs = {{"tiny", 1},  {"tiny", 2},  {"tiny", 4},        {"small", 1},
                                  {"small", 2}, {"small", 4}, {"tiny", 2, 8},     {"tiny", 2, 0, true},
                                  {"tiny", 2, 0, false, "split.kv_scale=static448"},
-                                 {"tiny", 2, 0, false, "split.kv_scale=atom_vllm"}};
+                                 {"tiny", 2, 0, false, "split.kv_scale=atom_vllm"},
+                                 {"tiny", 2, 0, false, "moe.experts=mxfp8"}};
   std::vector<std::unique_ptr<LayerWeights>> layers;
   std::vector<std::unique_ptr<gpu::Runner>> runners;
   std::vector<std::unique_ptr<std::mutex>> mus;
@@ -603,6 +604,23 @@ TEST_CASE("per-rank index scores") {
       CHECK_MESSAGE(differing > 0, "no row where every rank selects a different set: the case proves nothing");
       CHECK(check_step(runner, lw, in, "per-rank scores tiny tp" + std::to_string(tp) + " S=" + std::to_string(S), {},
                        true, &ref));
+    }
+  }
+}
+
+// The variants of docs/numerics.md §13 that change the kernels' arithmetic beyond the seed's
+// (V4 KV-scale modes, V7 MXFP8 experts, V6.1 the MXFP8 shared expert): narrow and wide steps,
+// short, scored and long contexts, against the model bit for bit.
+TEST_CASE("paths variants") {
+  for (const char* spec : {"split.kv_scale=static448", "split.kv_scale=atom_vllm", "moe.experts=mxfp8", "moe.shared_fp8=on"}) {
+    Config cfg = preset("tiny", 2);
+    cfg.variant = parse_variant(spec);
+    cfg.validate();
+    const LayerWeights lw = test::random_layer(cfg, 4242);
+    gpu::Runner runner(lw);
+    for (int S : {1, 4, 7, 16}) {
+      const StepInputs in = test::random_step(cfg, {S, contexts("mixed", S, 7 * S + 1), 1, uint64_t(S + 300)});
+      CHECK(check_step(runner, lw, in, std::string(spec) + " S=" + std::to_string(S), {}));
     }
   }
 }

@@ -14,7 +14,6 @@
 #include "golden/inputs/hf_names.hpp"
 #include "golden/inputs/synth.hpp"
 #include "golden/io/atomic_file.hpp"
-#include "golden/io/crash_guard.hpp"
 #include "golden/io/safetensors.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/e2m1.hpp"
@@ -307,7 +306,7 @@ void write_release(const std::string& dir, const ReleaseOptions& o, bool overwri
   }
   const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
   if (!fs::is_directory(parent, ec)) throw std::invalid_argument("output " + dir + ": directory " + parent.string() + " does not exist");
-  const fs::path tmp = temporary_path(target.string(), guard::owner_pid());
+  const fs::path tmp = temporary_path(target.string(), int(::getpid()));
   fs::remove_all(tmp, ec);
   fs::create_directory(tmp);
   struct Cleanup {

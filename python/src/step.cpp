@@ -5,6 +5,7 @@
 #include <cstring>
 #include <set>
 
+#include "golden/format/schema.hpp"
 #include "golden/io/file_check.hpp"
 #include "golden/io/hdf5.hpp"
 #include "python/src/bind.hpp"
@@ -134,6 +135,7 @@ std::vector<std::string> MemStep::paths() const {
       continue;
     }
     if (std::string(s.name) == "page_ids") continue;
+    if (!golden::spec_present(s, w->cfg)) continue;  // e.g. sh_w13 .. only under moe.shared_fp8
     for (int r = 0; r < w->cfg.tp; ++r) out.push_back("/rank" + std::to_string(r) + "/" + s.group + "/" + s.name);
   }
   return out;

@@ -25,15 +25,6 @@
 namespace k4::tools {
 namespace {
 
-std::string read_text(const std::string& path) {
-  require_input_file(path, "scenario file");
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (!f && !f.eof()) throw std::invalid_argument("scenario file " + path + ": read failed");
-  return ss.str();
-}
-
 // The presets and switches --variant takes, from the switch table (reference/variant.hpp).
 std::string variants_help() {
   std::string h = "Variants (--variant; docs/numerics.md section 13):\n  presets:";
@@ -172,7 +163,7 @@ Step step_from_scenario(const Opt& o) {
     st.cfg = preset(o.preset, o.tp);
   }
   if (!o.variant.empty()) st.cfg.variant = parse_variant(o.variant), st.cfg.validate();
-  if (!o.scenario.empty()) st.scn = scenario_from_json(read_text(o.scenario), "scenario " + o.scenario);
+  if (!o.scenario.empty()) st.scn = scenario_from_json(read_input_text(o.scenario, "scenario file"), "scenario " + o.scenario);
   apply_scenario_options(o, st.scn);
   const std::string where = o.scenario.empty()        ? std::string("scenario")
                             : o.any_scenario_option() ? "scenario " + o.scenario + " with the scenario options"

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 namespace k4 {
@@ -24,6 +26,15 @@ void require_input_file(const std::string& path, const std::string& what) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) bad(std::string("cannot be read (") + std::strerror(errno) + ")");
   ::close(fd);
+}
+
+std::string read_input_text(const std::string& path, const std::string& what) {
+  require_input_file(path, what);
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (!f && !f.eof()) throw std::invalid_argument(what + " " + path + ": read failed");
+  return ss.str();
 }
 
 }  // namespace k4

@@ -14,4 +14,8 @@ namespace k4 {
 // `what` names the role: "golden", "dump", "inputs file", "scenario file", "safetensors".
 void require_input_file(const std::string& path, const std::string& what);
 
+// The whole file as text, after require_input_file (a scenario file, a config.json);
+// a read that fails midway throws "<what> PATH: read failed".
+std::string read_input_text(const std::string& path, const std::string& what);
+
 }  // namespace k4

@@ -14,15 +14,6 @@
 namespace k4::py {
 namespace {
 
-std::string read_text(const std::string& path) {
-  require_input_file(path, "scenario file");
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (!f && !f.eof()) throw std::invalid_argument("scenario file " + path + ": read failed");
-  return ss.str();
-}
-
 // "1000,short" or [1000, "short"] -> the items as strings; a bare int too.
 std::vector<std::string> str_list(const pyb::handle& v, const char* what) {
   std::vector<std::string> out;
@@ -157,7 +148,7 @@ Weights from_checkpoint(const std::string& path, const Config& cfg, int layer) {
 // the weight injections, then the inputs (repeated_expert aims with the injected gate).
 Inputs make_step_inputs(const Weights& W, uint64_t seed, const std::string& scenario_file, const pyb::dict& opts) {
   Scenario scn;
-  if (!scenario_file.empty()) scn = scenario_from_json(read_text(scenario_file), "scenario " + scenario_file);
+  if (!scenario_file.empty()) scn = scenario_from_json(read_input_text(scenario_file, "scenario file"), "scenario " + scenario_file);
   apply_options(scn, opts);
   const std::string where = scenario_file.empty() ? std::string("scenario")
                             : opts.empty()        ? "scenario " + scenario_file

@@ -32,16 +32,19 @@ from . import stage, torchx, testing, kut
 __all__ = [
     "Config", "Weights", "Inputs", "Step", "Tensor", "FormatError", "HDF5Error", "BitExactError", "DiffReport",
     "inputs", "run", "golden", "open", "diff", "replay", "assert_bitexact", "DumpWriter", "decode", "schema",
-    "stage_names", "tool_version", "scenario_options", "stage", "torchx", "bits", "Bits", "policy",
+    "stage_names", "tool_version", "scenario_options", "scenario_keys", "stage", "torchx", "bits", "Bits", "policy",
 ]
 
 scenario_options = _k4.scenario_options
+scenario_keys = _k4.scenario_keys
 
 
 def inputs(weights, seed=1, scenario=None, **options):
-    """A step's inputs from a scenario: a scenario JSON file and/or k4 golden's scenario options
-    (tokens, q_len, context, pad_rows, static_kv_scale, kv_page_stride, cache_blocks, ties,
-    nan_scores, ..., nan_kv_rows: dashes as underscores; k4.scenario_options() lists them)."""
+    """A step's inputs from a scenario: a scenario JSON file and/or k4 golden's scenario options,
+    one a key of the scenario table (golden/inputs/scenario.hpp scenario_keys()), named as
+    k4 golden's option without its dashes (tokens, q_len, context, rank_scores, ties, ...:
+    k4.scenario_options() lists them, k4.scenario_keys() with their kinds and help). Flags
+    take True / False, lists a Python list or the CLI's comma text, None is "not given"."""
     return _k4._make_inputs(weights, int(seed), os.fspath(scenario) if scenario else "", options)
 
 

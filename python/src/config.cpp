@@ -4,6 +4,7 @@
 // `k4 golden` builds them (tools/cmd_golden.cpp), so that a step saved from Python holds
 // the same bytes as the CLI's golden.
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "golden/inputs/checkpoint.hpp"
@@ -71,52 +72,86 @@ bool flag_of(const pyb::handle& v, const std::string& what) {
   return v.cast<bool>();
 }
 
-// The scenario options of `k4 golden` (dashes as underscores), applied over `s` as the CLI
-// applies them over --scenario.
+// The scenario options of k4.inputs: one a row of scenario_keys() (golden/inputs/scenario.hpp),
+// named as k4 golden's option without its dashes ("--q-len" -> "q_len", "--ties" -> "ties"),
+// so that a key added to the table is an option here with no change.
+std::string option_name(const ScenarioKey& k) {
+  std::string n = k.flag;
+  n.erase(0, n.find_first_not_of('-'));
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+}
+
 const std::vector<std::string>& option_names() {
-  static const std::vector<std::string> v = {
-      "tokens", "q_len", "context", "pad_rows", "static_kv_scale", "kv_page_stride", "cache_blocks", "ties",
-      "nan_scores", "neg_zero_scores", "inf_scores", "repeated_expert", "extreme_q", "huge_residual", "extreme_kv",
-      "zero_rows", "special_q", "special_h_in", "special_kv", "special_weights", "nan_weight", "zero_attn_rows",
-      "nan_kv_rows"};
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> out;
+    for (const ScenarioKey& k : scenario_keys()) out.push_back(option_name(k));
+    return out;
+  }();
   return v;
 }
 
+const char* kind_name(KeyKind k) {
+  switch (k) {
+    case KeyKind::Int: return "int";
+    case KeyKind::OptInt: return "int (-1: the config's)";
+    case KeyKind::Flag: return "bool";
+    case KeyKind::ConfigFlag: return "bool (absent: the config's)";
+    case KeyKind::Rows: return "rows (list of ints or 'i,j')";
+    case KeyKind::Contexts: return "contexts (list or 'a,b': key counts or short / medium / long / max)";
+    case KeyKind::Text: return "str";
+    case KeyKind::Expert: return "expert (an id, 'any' or True: the same picks, False: off)";
+  }
+  return "str (k4 golden's text)";
+}
+
+// One option's value into its key of s, with the meaning the key has in the scenario JSON
+// (a flag True / False, a config flag True = 1 / False = 0); texts as k4 golden reads them.
+void set_option(Scenario& s, const ScenarioKey& k, const std::string& name, const pyb::handle& v) {
+  const ScenarioField f = k.field(s);
+  switch (k.kind) {
+    case KeyKind::Int:
+    case KeyKind::OptInt: *std::get<int*>(f) = int_of(v, name); return;
+    case KeyKind::Flag: *std::get<bool*>(f) = flag_of(v, name); return;
+    case KeyKind::ConfigFlag: *std::get<int*>(f) = flag_of(v, name) ? 1 : 0; return;
+    case KeyKind::Rows: *std::get<std::vector<int>*>(f) = int_list(v, name); return;
+    case KeyKind::Contexts: *std::get<std::vector<std::string>*>(f) = str_list(v, name.c_str()); return;
+    case KeyKind::Expert:
+      if (pyb::isinstance<pyb::bool_>(v)) {
+        *std::get<int*>(f) = v.cast<bool>() ? -2 : -1;
+        return;
+      }
+      if (pyb::isinstance<pyb::int_>(v)) {
+        *std::get<int*>(f) = int_of(v, name);
+        return;
+      }
+      break;  // a text: 'any' or an id
+    default: break;
+  }
+  if (!pyb::isinstance<pyb::str>(v))
+    throw std::invalid_argument(name + ": " + std::string(pyb::repr(v)) + " is not a " + kind_name(k.kind));
+  set_key_from_text(s, k, v.cast<std::string>());  // its errors name k4 golden's option, as the CLI's do
+}
+
+// The options over `s`, as the CLI applies its options over --scenario (in the table's
+// order; None: not given).
 void apply_options(Scenario& s, const pyb::dict& opts) {
-  Injections& x = s.inject;
+  std::set<std::string> used;
+  for (const ScenarioKey& k : scenario_keys()) {
+    const std::string name = option_name(k);
+    const pyb::str key(name);
+    if (!opts.contains(key)) continue;
+    used.insert(name);
+    const pyb::handle v = opts[key];
+    if (!v.is_none()) set_option(s, k, name, v);
+  }
   for (auto kv : opts) {
-    const std::string k = kv.first.cast<std::string>();
-    const pyb::handle v = kv.second;
-    const std::string what = k;
-    if (k == "tokens") s.tokens = int_of(v, what);
-    else if (k == "q_len") s.q_len = int_of(v, what);
-    else if (k == "context") s.context = str_list(v, "context");
-    else if (k == "pad_rows") s.pad_rows = int_list(v, what);
-    else if (k == "static_kv_scale") { if (flag_of(v, what)) s.static_kv_scale = 1; }
-    else if (k == "kv_page_stride") s.kv_page_stride = int_of(v, what);
-    else if (k == "cache_blocks") s.cache_blocks = int_of(v, what);
-    else if (k == "ties") { if (flag_of(v, what)) x.score_ties = true; }
-    else if (k == "nan_scores") x.nan_scores = int_of(v, what);
-    else if (k == "neg_zero_scores") x.neg_zero_scores = int_of(v, what);
-    else if (k == "inf_scores") x.inf_scores = int_of(v, what);
-    else if (k == "repeated_expert")
-      x.repeated_expert = pyb::isinstance<pyb::str>(v) && v.cast<std::string>() == "any" ? -2 : int_of(v, what);
-    else if (k == "extreme_q") { if (flag_of(v, what)) x.extreme_q = true; }
-    else if (k == "huge_residual") { if (flag_of(v, what)) x.huge_residual = true; }
-    else if (k == "extreme_kv") { if (flag_of(v, what)) x.extreme_kv = true; }
-    else if (k == "zero_rows") x.zero_rows = int_list(v, what);
-    else if (k == "special_q") { if (flag_of(v, what)) x.special_q = true; }
-    else if (k == "special_h_in") { if (flag_of(v, what)) x.special_h_in = true; }
-    else if (k == "special_kv") { if (flag_of(v, what)) x.special_kv = true; }
-    else if (k == "special_weights") { if (flag_of(v, what)) x.special_weights = true; }
-    else if (k == "nan_weight") x.nan_weight = v.cast<std::string>();
-    else if (k == "zero_attn_rows") x.zero_attn_rows = int_list(v, what);
-    else if (k == "nan_kv_rows") x.nan_kv_rows = int_list(v, what);
-    else {
-      std::string known;
-      for (const std::string& n : option_names()) known += (known.empty() ? "" : ", ") + n;
-      throw std::invalid_argument("unknown scenario option '" + k + "' (known: " + known + ")");
-    }
+    const std::string k = pyb::str(kv.first).cast<std::string>();
+    if (used.count(k)) continue;
+    std::string known;
+    for (const std::string& n : option_names()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("unknown scenario option '" + k + "' (known: " + known + ")");
   }
 }
 
@@ -232,6 +267,26 @@ void bind_config(pyb::module_& m) {
   m.def("_make_inputs", &make_step_inputs, pyb::arg("weights"), pyb::arg("seed"), pyb::arg("scenario_file"),
         pyb::arg("options"));
   m.def("scenario_options", &option_names, "The scenario options k4.inputs takes (k4 golden's, dashes as underscores).");
+  m.def("scenario_keys", [] {
+    pyb::list out;
+    Scenario dflt;
+    for (const ScenarioKey& k : scenario_keys()) {
+      pyb::dict d;
+      const ScenarioField f = k.field(dflt);
+      if (k.kind == KeyKind::ConfigFlag && *std::get<int*>(f) < 0) d["default"] = pyb::none();
+      else if (k.kind == KeyKind::Expert && *std::get<int*>(f) == -1) d["default"] = false;
+      else std::visit([&](auto* x) { d["default"] = pyb::cast(*x); }, f);
+      d["option"] = option_name(k);
+      d["key"] = k.key;
+      d["inject"] = k.injection;
+      d["flag"] = k.flag;
+      d["kind"] = kind_name(k.kind);
+      d["help"] = k.help;
+      out.append(d);
+    }
+    return out;
+  }, "The scenario table (golden/inputs/scenario.hpp scenario_keys()): a dict a key (option, its JSON key, "
+     "inject, k4 golden's flag, kind, help, default: the value of a scenario without the key).");
 }
 
 }  // namespace k4::py

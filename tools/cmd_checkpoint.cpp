@@ -17,7 +17,7 @@ namespace k4::tools {
 namespace {
 
 struct Opt {
-  std::string dir, preset, mx_scale = "even";
+  std::string dir, preset, mx_scale = "even", variant;
   int tp = -1, layer = -1;
   bool all_experts = false;
 };
@@ -41,7 +41,8 @@ bool shown(const TensorUse& u, bool all) {
 
 int inspect(const Opt& o) {
   const Checkpoint ck(o.dir);
-  const CheckpointShape s = checkpoint_shape(ck, o.preset, o.tp, o.layer);
+  CheckpointShape s = checkpoint_shape(ck, o.preset, o.tp, o.layer);
+  if (!o.variant.empty()) s.cfg.variant = parse_variant(o.variant), s.cfg.validate();  // moe.experts=mxfp8: MXFP8 experts as stored
   const Config& c = s.cfg;
   std::printf("checkpoint %s\n", o.dir.c_str());
   std::printf("  shape: %s (hidden %d, %d q heads a rank, tp %d, %d routed experts + the shared one, inter %d a rank)\n",
@@ -94,6 +95,7 @@ Run add_checkpoint(CLI::App& app) {
   in->add_option("--tp", o->tp, "tensor-parallel ranks (default: config.json's heads / 16)");
   in->add_option("--mx-scale", o->mx_scale, "MXFP4 rule for BF16 experts: even (default) or floor")
       ->check(CLI::IsMember({"even", "floor"}));
+  in->add_option("--variant", o->variant, "the build (as k4 golden --variant): moe.experts=mxfp8 reads MXFP8 experts as stored");
   in->add_flag("--all-experts", o->all_experts, "list every expert's tensors (default: expert 0 and the shared expert)");
   return [o, in]() {
     if (!in->parsed()) throw std::invalid_argument("k4 checkpoint: a subcommand is required (inspect)");

@@ -78,7 +78,7 @@ std::string resolve(const Checkpoint& ck, T t, int layer, int e = -1, bool sh = 
 }
 
 enum class OForm { Fp8RowScale, Mxfp8, Wide };  // Wide: BF16 / F32
-enum class XForm { Mxfp4, Wide };
+enum class XForm { Mxfp4, Mxfp8, Wide };  // Mxfp8: E4M3 codes + E8M0 1x32 scales, as stored
 
 struct Proj {  // one expert projection, resolved
   std::string w, s;  // s empty unless Mxfp4
@@ -87,6 +87,7 @@ struct Proj {  // one expert projection, resolved
 };
 struct ExpertPlan {
   Proj p[3];  // w1 (gate), w3 (up), w2 (down)
+  bool fp8 = false;  // Config::expert_fp8(e): the expert's tables hold E4M3 (V7, V6.1)
 };
 
 struct DensePlan {
@@ -157,6 +158,7 @@ ExpertPlan plan_expert(const Checkpoint& ck, const Config& c, int layer, int e, 
   const int64_t H = c.hidden, TI = int64_t(c.tp) * c.inter;
   const T wt[3] = {T::W1, T::W3, T::W2}, stt[3] = {T::W1Scale, T::W3Scale, T::W2Scale};
   ExpertPlan x;
+  x.fp8 = c.expert_fp8(e);
   const std::string who = sh ? "shared expert" : "expert " + std::to_string(e);
   for (int p = 0; p < 3; ++p) {
     Proj& q = x.p[p];
@@ -164,12 +166,28 @@ ExpertPlan plan_expert(const Checkpoint& ck, const Config& c, int layer, int e, 
     q.w = resolve(ck, wt[p], layer, e, sh);
     const st::TensorView& w = ck.at(q.w);
     q.dtype = w.dtype;
+    if (x.fp8) {  // moe.experts = mxfp8 (V7) / moe.shared_fp8 (V6.1): E4M3 and E8M0 as stored
+      if (w.dtype != Dtype::F8_E4M3)
+        throw std::invalid_argument(
+            "checkpoint " + ck.path() + ": tensor '" + q.w + "' is " + st::dtype_name(w.dtype) + ", expected F8_E4M3: " +
+            (c.variant.experts == ExpertFormat::mxfp8 ? "moe.experts = mxfp8 (V7)" : "moe.shared_fp8 = on (V6.1)") +
+            " reads the " + who + " as MXFP8 codes with E8M0 1x32 scales, as stored (the MiniMax-M3-MXFP8 release); "
+            "no MXFP8 quantization of other forms is modelled");
+      q.form = XForm::Mxfp8;
+      ck.get(q.w, {Dtype::F8_E4M3}, {R, C});
+      q.s = resolve(ck, stt[p], layer, e, sh);
+      ck.get(q.s, {Dtype::U8, Dtype::F8_E8M0}, {R, C / 32});
+      add_use(plan, ck, who + " " + kProjName[p], q.w, "mxfp8-stored (E4M3 codes as stored)");
+      add_use(plan, ck, who + " " + kProjName[p] + " scale", q.s, "E8M0 as stored");
+      continue;
+    }
     if (w.dtype == Dtype::F8_E4M3)
       throw std::invalid_argument(
           "checkpoint " + ck.path() + ": tensor '" + q.w +
           "' is F8_E4M3 (MXFP8 experts, the MiniMax-M3-MXFP8 release): K4 with MXFP8 experts is the "
-          "MXFP8-experts variant (VARIANTS.md V7), not modelled yet; use the amd/MiniMax-M3-MXFP4 release "
-          "(MXFP4 experts) or the BF16 release");
+          "MXFP8-experts variant (VARIANTS.md V7): --variant moe.experts=mxfp8" +
+          (sh ? " (or, for an MXFP8 shared expert only, moe.shared_fp8=on)" : "") +
+          "; the seed's MXFP4 experts come from the amd/MiniMax-M3-MXFP4 release or the BF16 release");
     if (w.dtype == Dtype::U8) {
       q.form = XForm::Mxfp4;
       ck.get(q.w, {Dtype::U8}, {R, C / 2});
@@ -198,7 +216,9 @@ LayerPlan plan_layer(const Checkpoint& ck, const Config& cfg, int layer, prep::M
   for (int e = 0; e <= cfg.n_routed; ++e) {
     const ExpertPlan x = plan_expert(ck, cfg, layer, e, mx, &plan);
     std::string& form = e == cfg.shared_expert() ? shared : experts;
-    const std::string f = x.p[0].form == XForm::Mxfp4 ? "mxfp4-stored" : prep::mx_scale_name(mx);
+    const std::string f = x.p[0].form == XForm::Mxfp4   ? "mxfp4-stored"
+                          : x.p[0].form == XForm::Mxfp8 ? "mxfp8-stored"
+                                                        : prep::mx_scale_name(mx);
     if (form.empty()) form = f;
     else if (form != f) form = "mixed";
   }
@@ -219,14 +239,16 @@ LayerPlan plan_layer(const Checkpoint& ck, const Config& cfg, int layer, prep::M
 namespace {
 
 // One projection's rank slice: rows [r0, r0 + rows) x input columns [c0, c0 + cols) of the
-// full (R, C) matrix, as packed pairs + scales (cols / 2 and cols / 32 bytes a row).
+// full (R, C) matrix, as packed pairs + scales (cols / 2 and cols / 32 bytes a row), or for
+// MXFP8 as E4M3 codes + scales (cols and cols / 32 bytes a row), both copied as stored.
 void load_projection(const Checkpoint& ck, const Proj& q, prep::MxScale mx, int64_t C, int64_t r0, int64_t rows, int64_t c0,
                      int64_t cols, uint8_t* packed, uint8_t* scales) {
   const st::TensorView& w = ck.at(q.w);
-  if (q.form == XForm::Mxfp4) {
+  if (q.form == XForm::Mxfp4 || q.form == XForm::Mxfp8) {
+    const int64_t per = q.form == XForm::Mxfp8 ? 1 : 2;  // elements a byte
     const st::TensorView& s = ck.at(q.s);
     for (int64_t i = 0; i < rows; ++i) {
-      std::memcpy(packed + i * (cols / 2), w.data + (r0 + i) * (C / 2) + c0 / 2, size_t(cols / 2));
+      std::memcpy(packed + i * (cols / per), w.data + (r0 + i) * (C / per) + c0 / per, size_t(cols / per));
       std::memcpy(scales + i * (cols / 32), s.data + (r0 + i) * (C / 32) + c0 / 32, size_t(cols / 32));
     }
     return;
@@ -270,14 +292,15 @@ class CheckpointExpertSource : public ExpertSource {
                                   std::to_string(c.tp - 1) + ", expert 0.." + std::to_string(c.n_routed));
     const ExpertPlan& x = plans_[size_t(e)];
     const int64_t H = c.hidden, I = c.inter, TI = int64_t(c.tp) * c.inter;
+    const int64_t per = x.fp8 ? 1 : 2;  // elements a stored byte: E4M3 one, E2M1 pairs two
     auto ew = std::make_shared<ExpertWeights>();
-    ew->w13.resize(static_cast<size_t>(2 * I * H / 2));
+    ew->w13.resize(static_cast<size_t>(2 * I * H / per));
     ew->s13.resize(static_cast<size_t>(2 * I * H / 32));
-    ew->w2.resize(static_cast<size_t>(H * I / 2));
+    ew->w2.resize(static_cast<size_t>(H * I / per));
     ew->s2.resize(static_cast<size_t>(H * I / 32));
     // gate rows (w1) then up rows (w3): rows [r*inter, (r+1)*inter) of (tp*inter, hidden)
     for (int p = 0; p < 2; ++p)
-      load_projection(*ck_, x.p[p], mx_, H, rank * I, I, 0, H, ew->w13.data() + p * I * H / 2, ew->s13.data() + p * I * H / 32);
+      load_projection(*ck_, x.p[p], mx_, H, rank * I, I, 0, H, ew->w13.data() + p * I * H / per, ew->s13.data() + p * I * H / 32);
     // down: columns [r*inter, (r+1)*inter) of (hidden, tp*inter)
     load_projection(*ck_, x.p[2], mx_, TI, 0, H, rank * I, I, ew->w2.data(), ew->s2.data());
     return ew;

@@ -13,7 +13,10 @@
 //  - router gate F32 -> bf16 RNE (the F32 kept in LayerWeights::gate_f32); BF16 as stored.
 //  - experts U8 (MXFP4 pairs, even element low nibble) + U8 / F8_E8M0 scales -> as stored;
 //    BF16 / F32 -> MXFP4 by the --mx-scale rule (even by default); F8_E4M3 (MXFP8 release)
-//    -> refused: K4 with MXFP8 experts is a variant not modelled yet.
+//    -> refused for MXFP4 experts, naming the variant that reads them.
+//  - experts where Config::expert_fp8(e) (moe.experts = mxfp8, V7; the shared expert under
+//    moe.shared_fp8, V6.1): F8_E4M3 codes + U8 / F8_E8M0 1x32 scales as stored ("mxfp8-stored",
+//    byte for byte, no dequantization); any other stored form is refused.
 //  - NaN or Inf in a weight that is quantized on load is rejected.
 // TP sharding: rank r takes o_proj input columns [r*o_k, (r+1)*o_k); expert w1 / w3 rows
 // and w2 columns [r*inter, (r+1)*inter) (scales alike); the norm weight, gate and bias replicated.

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "golden/format/schema.hpp"
 #include "golden/inputs/checkpoint.hpp"
@@ -339,6 +340,121 @@ TEST_CASE("o_proj from the MXFP8 release: exact dequantization, then the PTPC ru
     }
   CHECK(checked > 1000);
   CHECK(w[0].s_o != w[1].s_o);
+}
+
+TEST_CASE("MXFP8 experts (moe.experts = mxfp8, V7): the release's E4M3 codes and E8M0 scales as stored, byte for byte") {
+  REQUIRE_K4();
+  const Releases& R = releases();
+  const auto ck = std::make_shared<Checkpoint>(R.dir("mxfp8"));
+  CheckpointShape s = checkpoint_shape(*ck, "", -1, -1);
+  Config c = s.cfg;
+  c.variant.experts = ExpertFormat::mxfp8;
+  const LayerWeights w = load_checkpoint_layer(ck, c, 3);
+  const int64_t H = c.hidden, I = c.inter, TI = int64_t(c.tp) * I;
+  // rank r's slice of the fixture's tensors, cut here: w1 / w3 rows [r I, (r+1) I), w2 columns
+  const char* proj[3] = {"w1", "w3", "w2"};
+  auto name = [&](int e, int p, bool scale) {
+    const std::string sh[3] = {"gate_proj", "up_proj", "down_proj"};
+    const std::string b = e == c.shared_expert() ? "language_model.model.layers.3.block_sparse_moe.shared_experts." + sh[p]
+                                                 : "language_model.model.layers.3.block_sparse_moe.experts." +
+                                                       std::to_string(e) + "." + proj[p];
+    return b + (scale ? ".weight_scale_inv" : ".weight");
+  };
+  int compared = 0;
+  for (int r = 0; r < c.tp; ++r)
+    for (int e : {0, 3, c.n_routed - 1, c.shared_expert()}) {
+      CAPTURE(r);
+      CAPTURE(e);
+      const auto x = w.experts->expert(r, e);
+      REQUIRE(x->w13.size() == size_t(2 * I * H));  // one byte an element
+      REQUIRE(x->w2.size() == size_t(H * I));
+      std::vector<uint8_t> w13, s13, w2, s2;
+      for (int p = 0; p < 2; ++p) {
+        const st::TensorView& a = ck->at(name(e, p, false));
+        const st::TensorView& b = ck->at(name(e, p, true));
+        REQUIRE(a.dtype == st::SafetensorsDtype::F8_E4M3);
+        REQUIRE(a.shape == std::vector<int64_t>{TI, H});
+        w13.insert(w13.end(), a.data + r * I * H, a.data + (r + 1) * I * H);
+        s13.insert(s13.end(), b.data + r * I * (H / 32), b.data + (r + 1) * I * (H / 32));
+      }
+      const st::TensorView& a = ck->at(name(e, 2, false));
+      const st::TensorView& b = ck->at(name(e, 2, true));
+      REQUIRE(a.shape == std::vector<int64_t>{H, TI});
+      for (int64_t i = 0; i < H; ++i) {
+        w2.insert(w2.end(), a.data + i * TI + r * I, a.data + i * TI + (r + 1) * I);
+        s2.insert(s2.end(), b.data + i * (TI / 32) + r * (I / 32), b.data + i * (TI / 32) + (r + 1) * (I / 32));
+      }
+      CHECK(x->w13 == w13);
+      CHECK(x->s13 == s13);
+      CHECK(x->w2 == w2);
+      CHECK(x->s2 == s2);
+      compared += 4;
+      // not trivially equal: codes of both signs and several exponents, scales that differ
+      CHECK(std::set<uint8_t>(w13.begin(), w13.end()).size() > 8);
+      CHECK(std::set<uint8_t>(s2.begin(), s2.end()).size() > 1);
+    }
+  CHECK(compared == 4 * 4 * c.tp);
+  // the ranks' slices differ (a planted wrong slice, rank 0's bytes for rank 1, is caught above)
+  CHECK(w.experts->expert(0, 3)->w13 != w.experts->expert(1, 3)->w13);
+  // the golden: written with the variant, its stored experts the fixture's bytes, replays clean
+  TempDir t;
+  const std::string g = t.path("m8.h5");
+  const Run r = cli::run(t, golden_cmd(R.dir("mxfp8"), g) + " --variant moe.experts=mxfp8");
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  golden::GoldenReader gr(g);
+  CHECK(gr.config().variant.experts == ExpertFormat::mxfp8);
+  const std::string prep = gr.root_attr("weight_prep");
+  CHECK(prep.find("\"experts\":\"mxfp8-stored\"") != std::string::npos);
+  CHECK(prep.find("\"shared_expert\":\"mxfp8-stored\"") != std::string::npos);
+  CHECK(prep.find("mxfp8-dequant + ptpc-fp8-vllm per rank") != std::string::npos);  // o_proj
+  const LayerWeights gw = gr.weights();
+  int stored = 0;
+  for (int rr = 0; rr < c.tp; ++rr)
+    for (int e = 0; e <= c.n_routed; ++e) {
+      std::shared_ptr<const ExpertWeights> q;
+      try {
+        q = gw.experts->expert(rr, e);
+      } catch (const std::exception&) {
+        continue;  // not routed to: not stored
+      }
+      const auto p = w.experts->expert(rr, e);
+      CHECK(q->w13 == p->w13);
+      CHECK(q->s13 == p->s13);
+      CHECK(q->w2 == p->w2);
+      CHECK(q->s2 == p->s2);
+      ++stored;
+    }
+  CHECK(stored >= c.tp);  // at least the shared expert of each rank
+  const Run rep = cli::run(t, "replay " + g + " " + g);
+  CAPTURE(rep.out);
+  CHECK(rep.rc == 0);
+  // the seed build still refuses them, naming the variant
+  expect_bad(cli::run(t, golden_cmd(R.dir("mxfp8"), t.path("x.h5"))), {"--variant moe.experts=mxfp8"});
+  // and the variant refuses a release whose experts are not MXFP8
+  expect_bad(cli::run(t, golden_cmd(R.dir("mxfp4"), t.path("x.h5")) + " --variant moe.experts=mxfp8"),
+             {"experts.0.w1.weight' is U8, expected F8_E4M3: moe.experts = mxfp8 (V7) reads the expert 0 as MXFP8"});
+  CHECK(!fs::exists(t.path("x.h5")));
+}
+
+TEST_CASE("bad input: MXFP8 experts' scale tensors (file, tensor, expectation; exit 2, nothing at --out)") {
+  REQUIRE_K4();
+  TempDir t;
+  const std::string out = t.path("x.h5");
+  const std::string d = copy_release(t, "mxfp8");
+  const std::string shard = d + "/" + kShard2;
+  const std::string n = "language_model.model.layers.3.block_sparse_moe.experts.0.w2.weight_scale_inv";
+  SUBCASE("wrong dtype") {
+    edit_header(shard, "\"" + n + "\":{\"dtype\":\"U8\"", "\"" + n + "\":{\"dtype\":\"I8\"");
+    expect_bad(cli::run(t, golden_cmd(d, out) + " --variant moe.experts=mxfp8"),
+               {"safetensors " + shard, "tensor '" + n + "' has dtype I8, expected U8 or F8_E8M0"});
+  }
+  SUBCASE("wrong shape") {  // [2048, 8] -> [1024, 16]: the same bytes
+    edit_header(shard, "\"" + n + "\":{\"dtype\":\"U8\",\"shape\":[2048,8]", "\"" + n + "\":{\"dtype\":\"U8\",\"shape\":[1024,16]");
+    expect_bad(cli::run(t, golden_cmd(d, out) + " --variant moe.experts=mxfp8"),
+               {"safetensors " + shard, "tensor '" + n + "' has shape [1024, 16], expected [2048, 8]"});
+  }
+  CHECK(!fs::exists(out));
 }
 
 TEST_CASE("only the layer's shards are needed: the index may name shards that are not on disk") {

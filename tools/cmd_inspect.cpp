@@ -1,6 +1,10 @@
 // cmd_inspect.cpp -- k4 inspect FILE: the root attributes, then every group, link and
 // dataset: dtype, shape, dims, and a summary of the decoded values (min / max / mean of the
 // finite ones, NaN, Inf and zero counts) with a few decoded samples and their bits.
+// --json: the same content as one JSON object on stdout (file, attributes, variant, groups,
+// links, datasets); nothing is printed before the file has been opened and validated.
+#include <nlohmann/json.hpp>
+
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -91,14 +95,31 @@ std::string fmt(double v, golden::DType dt) {
   return buf;
 }
 
-void show_dataset(const h5::Group& root, const std::string& path, int samples, bool stats) {
+using Json = nlohmann::ordered_json;
+
+// A JSON number, or null for NaN / Inf (JSON has neither).
+Json number(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
+
+// json: the dataset's object is appended to (*json)["datasets"] instead of printed.
+void show_dataset(const h5::Group& root, const std::string& path, int samples, bool stats, Json* json) {
   h5::Dataset d = root.open_dataset(path);
   const std::vector<uint64_t> sh = d.shape();
   std::string shape;
   for (size_t i = 0; i < sh.size(); ++i) shape += (i ? "," : "") + std::to_string(sh[i]);
   const std::string dts = d.has_attr("dtype") ? d.attr_string("dtype") : std::string("?");
   const std::string dims = d.has_attr("dims") ? d.attr_string("dims") : std::string("");
-  std::printf("  %-44s %-7s (%s) [%s]\n", path.c_str(), dts.c_str(), shape.c_str(), dims.c_str());
+  Json* jd = nullptr;
+  if (json) {
+    Json o;
+    o["path"] = path;
+    o["dtype"] = dts;
+    o["shape"] = sh;
+    o["dims"] = dims;
+    (*json)["datasets"].push_back(o);
+    jd = &(*json)["datasets"].back();
+  } else {
+    std::printf("  %-44s %-7s (%s) [%s]\n", path.c_str(), dts.c_str(), shape.c_str(), dims.c_str());
+  }
   golden::DType dt;
   if (!stats || !golden::dtype_from_name(dts, dt)) return;
   std::vector<uint8_t> u8;
@@ -148,6 +169,26 @@ void show_dataset(const h5::Group& root, const std::string& path, int samples, b
       }
     }
   }
+  if (jd) {
+    Json st;
+    st["count"] = n;
+    st["finite"] = s.finite;
+    st["min"] = s.finite ? number(s.mn) : Json(nullptr);
+    st["max"] = s.finite ? number(s.mx) : Json(nullptr);
+    st["mean"] = s.finite ? number(s.sum / double(s.finite)) : Json(nullptr);
+    st["nan"] = s.nan;
+    st["inf"] = s.inf;
+    st["zero"] = s.zero;
+    (*jd)["stats"] = st;
+    Json sm = Json::array();
+    const uint64_t k = std::min<uint64_t>(uint64_t(std::max(samples, 0)), n);
+    for (uint64_t j = 0; j < k; ++j) {
+      const uint64_t i = k == 1 ? 0 : j * (n - 1) / (k - 1);  // spread over the tensor, as the text's
+      sm.push_back(Json{{"index", i}, {"value", number(dec.value(i))}, {"bits", dec.bits(i)}});
+    }
+    (*jd)["samples"] = sm;
+    return;
+  }
   if (s.finite)
     std::printf("      min %s max %s mean %.6g", fmt(s.mn, dt).c_str(), fmt(s.mx, dt).c_str(), s.sum / double(s.finite));
   else
@@ -164,21 +205,43 @@ void show_dataset(const h5::Group& root, const std::string& path, int samples, b
   }
 }
 
-void walk(const h5::Group& root, const std::string& path, int samples, bool stats, const std::string& prefix) {
+// The attributes of an object as JSON (strings, integers, floats; "?" for other kinds).
+Json attrs_json(const h5::Object& o) {
+  Json a = Json::object();
+  for (const std::string& n : o.attr_names()) {
+    const std::string k = o.attr_kind(n);
+    a[n] = k == "string" ? Json(o.attr_string(n)) : k == "int" ? Json(o.attr_int(n)) : k == "float" ? number(o.attr_double(n)) : Json("?");
+  }
+  return a;
+}
+
+// Path p is the object `prefix` or under it (whole names: /rank0/merge/outputs/attn is not
+// under .../at, nor .../attn8 under .../attn); "" and "/" hold everything.
+bool within(const std::string& p, const std::string& prefix) {
+  if (prefix.empty() || prefix == "/") return true;
+  return p.compare(0, prefix.size(), prefix) == 0 && (p.size() == prefix.size() || p[prefix.size()] == '/');
+}
+
+void walk(const h5::Group& root, const std::string& path, int samples, bool stats, const std::string& prefix, Json* json) {
   h5::Group g = root.open_group(path);
   for (const std::string& c : g.children()) {
     const std::string p = (path == "/" ? "" : path) + "/" + c;
-    const bool under = prefix.empty() || p.compare(0, prefix.size(), prefix) == 0 ||
-                       prefix.compare(0, p.size(), p) == 0;
+    const bool under = within(p, prefix) || within(prefix, p);  // in it, or on the way to it
     if (!under) continue;
     const std::string target = g.soft_target(c);
     if (!target.empty()) {
-      if (prefix.empty() || p.compare(0, prefix.size(), prefix) == 0)
-        std::printf("  %-44s -> %s%s\n", p.c_str(), target.c_str(), g.resolves(c) ? "" : "  (DANGLING)");
+      if (within(p, prefix)) {
+        if (json)
+          (*json)["links"].push_back(Json{{"path", p}, {"target", target}, {"dangling", !g.resolves(c)}});
+        else
+          std::printf("  %-44s -> %s%s\n", p.c_str(), target.c_str(), g.resolves(c) ? "" : "  (DANGLING)");
+      }
       continue;
     }
     if (g.is_group(c)) {
-      if (prefix.empty() || p.compare(0, prefix.size(), prefix) == 0) {
+      if (json && (within(p, prefix))) {
+        (*json)["groups"].push_back(Json{{"path", p}, {"attributes", attrs_json(g.open_group(c))}});
+      } else if (within(p, prefix)) {
         h5::Group sub = g.open_group(c);
         std::string attrs;
         for (const std::string& a : sub.attr_names()) {
@@ -188,9 +251,9 @@ void walk(const h5::Group& root, const std::string& path, int samples, bool stat
         }
         std::printf("%s/%s\n", p.c_str(), attrs.c_str());
       }
-      walk(root, p, samples, stats, prefix);
+      walk(root, p, samples, stats, prefix, json);
     } else if (g.is_dataset(c)) {
-      if (prefix.empty() || p.compare(0, prefix.size(), prefix) == 0) show_dataset(root, p, samples, stats);
+      if (within(p, prefix)) show_dataset(root, p, samples, stats, json);
     }
   }
 }
@@ -201,7 +264,7 @@ Run add_inspect(CLI::App& app) {
   struct Opt {
     std::string file, path;
     int samples = 4;
-    bool no_stats = false, no_validate = false;
+    bool no_stats = false, no_validate = false, json = false;
   };
   auto o = std::make_shared<Opt>();
   app.add_option("file", o->file, "golden (or inputs) HDF5 file")->required();
@@ -209,6 +272,9 @@ Run add_inspect(CLI::App& app) {
   app.add_option("--samples", o->samples, "decoded samples a dataset (default 4)")->check(CLI::Range(0, 1000000));
   app.add_flag("--no-stats", o->no_stats, "shapes and dtypes only (fast on big files)");
   app.add_flag("--no-validate", o->no_validate, "skip the schema validation (show a damaged file)");
+  app.add_flag("--json", o->json,
+               "the same as one JSON object on stdout: file, attributes, variant, groups, links, datasets (dtype, shape, dims, "
+               "stats, samples; NaN / Inf as null)");
   return [o]() {
     require_input_file(o->file, "file");
     try {
@@ -231,8 +297,34 @@ Run add_inspect(CLI::App& app) {
     }
     h5::File f(o->file, h5::File::Mode::ReadOnly);
     const h5::Group root = f.root();
+    if (!o->path.empty() && o->path[0] != '/') o->path = "/" + o->path;  // rank0/moe = /rank0/moe
+    while (o->path.size() > 1 && o->path.back() == '/') o->path.pop_back();  // /rank0/moe/ = /rank0/moe
     if (!o->path.empty() && o->path != "/" && !root.exists(o->path))
       throw std::invalid_argument("--path " + o->path + ": no such group or dataset in " + o->file);
+    // the build the file was made for (docs/numerics.md §13), from its config: a dump or a
+    // version 1 golden without the variant attribute shows it too
+    std::string variant, variant_unknown;
+    if (root.has_attr("config") && root.attr_kind("config") == "string") {
+      try {
+        variant = variant_name(golden::config_from_json(root.attr_string("config"), o->file).variant);
+      } catch (const golden::FormatError& e) {
+        if (!o->no_validate) throw;
+        variant_unknown = e.what();
+      }
+    }
+    if (o->json) {  // built whole, then printed: an error leaves stdout empty
+      Json j;
+      j["file"] = o->file;
+      j["attributes"] = attrs_json(root);
+      j["variant"] = variant.empty() ? Json(nullptr) : Json(variant);
+      if (!variant_unknown.empty()) j["variant_error"] = variant_unknown;
+      j["groups"] = Json::array();
+      j["links"] = Json::array();
+      j["datasets"] = Json::array();
+      walk(root, "/", o->no_stats ? 0 : o->samples, !o->no_stats, o->path, &j);
+      std::printf("%s\n", j.dump(1).c_str());
+      return 0;
+    }
     std::printf("%s\n", o->file.c_str());
     for (const std::string& a : root.attr_names()) {
       const std::string k = root.attr_kind(a);
@@ -242,18 +334,9 @@ Run add_inspect(CLI::App& app) {
                                            : std::string("?");
       std::printf("  @%s = %s\n", a.c_str(), v.c_str());
     }
-    // the build the file was made for (docs/numerics.md §13), from its config: a dump or a
-    // version 1 golden without the variant attribute shows it too
-    if (root.has_attr("config") && root.attr_kind("config") == "string") {
-      try {
-        const Config cfg = golden::config_from_json(root.attr_string("config"), o->file);
-        std::printf("  variant (from the config): %s\n", variant_name(cfg.variant).c_str());
-      } catch (const golden::FormatError& e) {
-        if (!o->no_validate) throw;
-        std::printf("  variant: unknown (%s)\n", e.what());
-      }
-    }
-    walk(root, "/", o->no_stats ? 0 : o->samples, !o->no_stats, o->path);
+    if (!variant.empty()) std::printf("  variant (from the config): %s\n", variant.c_str());
+    else if (!variant_unknown.empty()) std::printf("  variant: unknown (%s)\n", variant_unknown.c_str());
+    walk(root, "/", o->no_stats ? 0 : o->samples, !o->no_stats, o->path, nullptr);
     return 0;
   };
 }

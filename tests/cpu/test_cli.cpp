@@ -4,11 +4,15 @@
 // The binary is found as tests/cpu/cli_run.hpp says (beside the tests, or $K4_BIN).
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "golden/format/schema.hpp"
+#include "golden/io/hdf5.hpp"
 #include "tests/cpu/cli_run.hpp"
 
 namespace fs = std::filesystem;
@@ -61,6 +65,45 @@ TEST_CASE("k4 golden + inspect on tiny; refusing to overwrite; inspect of a non-
   r = run(t, "inspect " + t.path("junk.h5"));
   CHECK(r.rc == 2);
   CHECK(r.err.find("cannot be opened as HDF5") != std::string::npos);
+}
+
+TEST_CASE("k4 inspect --json: every dataset with its dtype and shape; bad input gives the text form's error") {
+  REQUIRE_K4();
+  TempDir t;
+  const std::string g = t.path("x.h5");
+  REQUIRE(run(t, "golden --preset tiny --tp 2 --tokens 2 --context 1000 --special-q --out " + g).rc == 0);
+  Run r = run(t, "inspect --json " + g);
+  REQUIRE(r.rc == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["file"] == g);
+  CHECK(j["attributes"]["magic"] == "K4GOLDEN");
+  CHECK(j["variant"] == "seed");
+  // every dataset the reader knows, with the schema's dtype and the file's shape
+  const k4::golden::GoldenReader valid(g);
+  std::map<std::string, nlohmann::json> ds;
+  for (const auto& d : j["datasets"]) ds[d["path"].get<std::string>()] = d;
+  size_t seen = 0;
+  k4::h5::File f(g, k4::h5::File::Mode::ReadOnly);
+  for (const auto& [path, d] : ds) {
+    const k4::h5::Dataset x = f.root().open_dataset(path);
+    CHECK(d["dtype"] == x.attr_string("dtype"));
+    CHECK(d["shape"].get<std::vector<uint64_t>>() == x.shape());
+    CHECK(d["stats"]["count"].get<uint64_t>() >= 1);
+    ++seen;
+  }
+  CHECK(seen > 50);
+  CHECK(ds.count("/rank1/moe/outputs/ar_out") == 1);
+  CHECK(ds.at("/rank0/split/inputs/q")["stats"]["nan"].get<uint64_t>() >= 1);  // --special-q: token 0 NaN (head 0)
+  for (const char* bad : {"missing.h5", "junk.h5", "dir"}) {
+    const std::string p = t.path(bad);
+    if (std::string(bad) == "junk.h5") std::ofstream(p) << "junk";
+    if (std::string(bad) == "dir") fs::create_directory(p);
+    const Run a = run(t, "inspect --json " + p), b = run(t, "inspect " + p);
+    CHECK(a.rc == 2);
+    CHECK(a.out.empty());
+    CHECK(a.err == b.err);
+    CHECK(a.err.find(p) != std::string::npos);
+  }
 }
 
 TEST_CASE("k4 golden: byte-identical for --threads 1 and 2; scenario options and a scenario file") {

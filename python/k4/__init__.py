@@ -31,7 +31,7 @@ from . import stage, torchx, testing, kut
 
 __all__ = [
     "Config", "Weights", "Inputs", "Step", "Tensor", "FormatError", "HDF5Error", "BitExactError", "DiffReport",
-    "inputs", "run", "golden", "open", "diff", "replay", "assert_bitexact", "DumpWriter", "decode", "schema",
+    "inputs", "run", "golden", "hf_model", "open", "diff", "replay", "assert_bitexact", "DumpWriter", "decode", "schema",
     "stage_names", "tool_version", "scenario_options", "scenario_keys", "stage", "torchx", "bits", "Bits", "policy",
 ]
 
@@ -53,15 +53,39 @@ def run(weights, inputs):
     return Step(_k4._run(weights, inputs))
 
 
-def golden(preset="tiny", tp=-1, variant=None, seed=1, weight_seed=1, checkpoint=None, layer=0, scenario=None, **options):
+def golden(preset=None, tp=-1, variant=None, seed=1, weight_seed=1, checkpoint=None, layer=-1, scenario=None,
+           mx_scale="even", **options):
     """What `k4 golden` computes, as a Step: the same options (--preset, --tp, --variant,
-    --seed, --weight-seed, --checkpoint, --layer, --scenario and the scenario options)."""
-    cfg = Config.preset(preset, tp)
-    if variant:
-        cfg.variant = variant
-        cfg.validate()
-    w = Weights.from_checkpoint(os.fspath(checkpoint), cfg, layer) if checkpoint else Weights.synthetic(cfg, weight_seed)
+    --seed, --weight-seed, --checkpoint, --layer, --mx-scale, --scenario and the scenario
+    options). preset: "tiny" by default; with a checkpoint whose directory has a config.json
+    the shape is its own (a preset given must agree), layer -1 its first K4 layer."""
+    if checkpoint:
+        cfg = None  # the checkpoint's config.json
+        if preset:
+            cfg = Config.preset(preset, tp)
+        elif (tp != -1 or variant) and _has_hf_config(checkpoint):
+            cfg = Config.from_hf_config(os.fspath(checkpoint), tp)
+        if cfg is not None and variant:
+            cfg.variant = variant
+            cfg.validate()
+        w = Weights.from_checkpoint(os.fspath(checkpoint), cfg, layer, mx_scale)
+    else:
+        cfg = Config.preset(preset or "tiny", tp)
+        if variant:
+            cfg.variant = variant
+            cfg.validate()
+        w = Weights.synthetic(cfg, weight_seed)
     return run(w, inputs(w, seed, scenario, **options))
+
+
+def _has_hf_config(path):
+    return os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json"))
+
+
+def hf_model(path, tp=-1):
+    """A Hugging Face config.json (a file, or a checkpoint directory's) as a dict: config (a
+    k4.Config, validated as k4 golden --checkpoint validates it), num_layers, k4_layers."""
+    return _k4.hf_model(os.fspath(path), tp)
 
 
 def open(path):

@@ -50,7 +50,8 @@ struct Weights {
   std::string source = "synthetic";  // "synthetic" or "checkpoint PATH"
   uint64_t seed = 0;                 // synthetic weight seed (0 for a checkpoint)
   std::string checkpoint;            // the checkpoint path
-  int layer = 0;
+  int layer = 0;                     // the checkpoint's layer
+  std::string weight_prep;           // a checkpoint's: plan_layer's prep_json (the golden's weight_prep)
 };
 
 struct Inputs {

@@ -3,11 +3,13 @@
 // of `k4 golden` (tokens=4, context="1000,short", ties=True, ...), built in the order
 // `k4 golden` builds them (tools/cmd_golden.cpp), so that a step saved from Python holds
 // the same bytes as the CLI's golden.
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "golden/inputs/checkpoint.hpp"
+#include "golden/inputs/hf_config.hpp"
 #include "golden/inputs/synth.hpp"
 #include "golden/io/file_check.hpp"
 #include "python/src/bind.hpp"
@@ -166,16 +168,76 @@ Weights synthetic(const Config& cfg, uint64_t seed) {
   return w;
 }
 
-Weights from_checkpoint(const std::string& path, const Config& cfg, int layer) {
+// A str or os.PathLike as a path (os.fspath; bytes refused).
+std::string path_of(const pyb::object& p) {
+  const pyb::object s = pyb::module_::import("os").attr("fspath")(p);
+  if (!pyb::isinstance<pyb::str>(s)) throw std::invalid_argument("a path is a str or os.PathLike of str, not " + std::string(pyb::repr(p)));
+  return s.cast<std::string>();
+}
+
+// A Hugging Face config.json: a checkpoint directory's (named in messages as k4 golden
+// --checkpoint names it: "checkpoint DIR: config.json") or a file's ("config.json FILE").
+HfModel hf_model(const std::string& path, int tp) {
+  std::error_code ec;
+  std::string text, where;
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::string f = (std::filesystem::path(path) / "config.json").string();
+    if (!std::filesystem::exists(f, ec)) throw std::invalid_argument("checkpoint " + path + " has no config.json");
+    text = read_input_text(f, "config.json");
+    where = "checkpoint " + path + ": config.json";
+  } else {
+    text = read_input_text(path, "config.json");
+    where = "config.json " + path;
+  }
+  return hf_model_from_config(text, where, tp);
+}
+
+// k4 golden --checkpoint PATH [--preset] [--layer] [--mx-scale]: the shape from the
+// checkpoint's config.json (a config given must agree with it, its variant is kept), or the
+// config given for a checkpoint without config.json; the layer the CLI's (the first K4 layer
+// by default); the deployment's weight prep, recorded for the golden as k4 golden records it.
+Weights from_checkpoint(const pyb::object& path_obj, const pyb::object& config, int layer, const std::string& mx_scale) {
+  const std::string path = path_of(path_obj);
+  const prep::MxScale mx = prep::mx_scale_from(mx_scale);
+  auto ck = std::make_shared<const Checkpoint>(path);
+  Config cfg;
+  int lay = layer < 0 ? 0 : layer;
+  if (ck->config_json().empty()) {
+    if (config.is_none())
+      throw std::invalid_argument("checkpoint " + path + " has no config.json: give its k4.Config (k4.Config.preset(...))");
+    cfg = config.cast<Config>();
+  } else {
+    // As k4 golden --checkpoint [--preset --tp]: the config.json's shape at its own TP, or at the
+    // config's where that differs; a config.json the model cannot run at the config's TP is
+    // refused as k4 golden refuses a preset that disagrees (naming every field that differs).
+    const std::string where = "checkpoint " + path + ": config.json";
+    HfModel m = hf_model_from_config(ck->config_json(), where, -1);
+    if (!config.is_none()) {
+      const Config given = config.cast<Config>();
+      if (given.tp != m.cfg.tp) {
+        try {
+          m = hf_model_from_config(ck->config_json(), where, given.tp);
+        } catch (const std::invalid_argument&) {
+          require_preset_agrees(m.cfg, given, where);
+          throw;
+        }
+      }
+      require_preset_agrees(m.cfg, given, where);
+      m.cfg.variant = given.variant;
+    }
+    cfg = m.cfg;
+    lay = choose_k4_layer(m, layer, where);
+  }
   cfg.validate();
   Weights w;
   {
     pyb::gil_scoped_release nogil;
-    w.w = std::make_shared<const LayerWeights>(load_checkpoint_layer(path, cfg, layer));
+    w.weight_prep = plan_layer(*ck, cfg, lay, mx).prep_json;
+    w.w = std::make_shared<const LayerWeights>(load_checkpoint_layer(ck, cfg, lay, mx));
   }
   w.source = "checkpoint " + path;
   w.checkpoint = path;
-  w.layer = layer;
+  w.layer = lay;
   return w;
 }
 
@@ -213,6 +275,11 @@ void bind_config(pyb::module_& m) {
       .def_static("preset", &preset, pyb::arg("name") = "minimax-m3-tp4", pyb::arg("tp") = -1,
                   "A preset (minimax-m3-tp4, small, tiny); tp = -1 keeps the preset's TP.")
       .def_static("preset_names", &preset_names)
+      .def_static("from_hf_config", [](const pyb::object& path, int tp) { return hf_model(path_of(path), tp).cfg; }, pyb::arg("path"),
+                  pyb::arg("tp") = -1,
+                  "The shape of a Hugging Face config.json (its text_config): a file, or a checkpoint directory's "
+                  "(golden/inputs/hf_config.hpp; k4 golden --checkpoint's rules and messages); tp = -1: "
+                  "num_attention_heads / 16.")
       .def_static("from_json", [](const std::string& text) { return golden::config_from_json(text, "config JSON"); },
                   pyb::arg("text"), "The config JSON of a golden (every field required, no others).")
       .def_static("from_file", [](const std::string& path) {
@@ -248,8 +315,14 @@ void bind_config(pyb::module_& m) {
   pyb::class_<Weights>(m, "Weights", "One layer's K4 weights, every TP rank's shard (logical row-major).")
       .def_static("synthetic", &synthetic, pyb::arg("config"), pyb::arg("seed") = 1,
                   "The deterministic synthetic layer (k4 golden's default; --weight-seed).")
-      .def_static("from_checkpoint", &from_checkpoint, pyb::arg("path"), pyb::arg("config"), pyb::arg("layer") = 0,
-                  "A safetensors checkpoint file or directory (k4 golden --checkpoint).")
+      .def_static("from_checkpoint", &from_checkpoint, pyb::arg("path"), pyb::arg("config") = pyb::none(),
+                  pyb::arg("layer") = -1, pyb::arg("mx_scale") = "even",
+                  "A checkpoint as k4 golden --checkpoint reads it: a release directory (config.json, index, shards: "
+                  "its config.json gives the shape, a config given must agree and gives the variant; layer -1 = the "
+                  "first K4 layer), a directory of shards or one file (then config is required, layer -1 = 0); "
+                  "mx_scale even / floor for BF16 experts.")
+      .def_readonly("layer", &Weights::layer)
+      .def_readonly("weight_prep", &Weights::weight_prep)
       .def_property_readonly("config", [](const Weights& w) { return w.w->cfg; })
       .def_readonly("source", &Weights::source)
       .def_readonly("seed", &Weights::seed)
@@ -264,6 +337,15 @@ void bind_config(pyb::module_& m) {
       .def_property_readonly("tokens", [](const Inputs& i) { return i.in->shared.tokens; })
       .def_property_readonly("seq_lens", [](const Inputs& i) { return i.in->shared.seq_lens; });
 
+  m.def("hf_model", [](const pyb::object& path, int tp) {
+    const HfModel h = hf_model(path_of(path), tp);
+    pyb::dict d;
+    d["config"] = h.cfg;
+    d["num_layers"] = h.num_layers;
+    d["k4_layers"] = h.k4_layers;
+    return d;
+  }, pyb::arg("path"), pyb::arg("tp") = -1,
+        "A Hugging Face config.json (file or checkpoint directory): {config, num_layers, k4_layers (both MoE and sparse)}.");
   m.def("_make_inputs", &make_step_inputs, pyb::arg("weights"), pyb::arg("seed"), pyb::arg("scenario_file"),
         pyb::arg("options"));
   m.def("scenario_options", &option_names, "The scenario options k4.inputs takes (k4 golden's, dashes as underscores).");

@@ -241,6 +241,7 @@ MemStep run(const Weights& W, const Inputs& I) {
   s.meta.weight_seed = W.checkpoint.empty() ? W.seed : 0;
   s.meta.input_seed = I.seed;
   s.meta.weights = W.source;
+  if (!W.checkpoint.empty()) s.meta.weight_prep = W.weight_prep, s.meta.weight_layer = W.layer;  // as k4 golden records them
   pyb::gil_scoped_release nogil;
   validate_inputs(*s.in, w->cfg);
   s.res = run_step(*w, *s.in);

@@ -51,7 +51,8 @@ def cli_args(k, v):
 
 @pytest.fixture(scope="module")
 def tiny_weights():
-    return k4.Weights.synthetic(k4.Config.preset("tiny"), seed=1)
+    """tiny at TP 1: one rank (every key's golden twice: the CLI's and ours)."""
+    return k4.Weights.synthetic(k4.Config.preset("tiny", 1), seed=1)
 
 
 @pytest.mark.parametrize("key", KEYS, ids=[k["option"] for k in KEYS])
@@ -73,7 +74,7 @@ def test_every_key_gives_the_cli_golden(key, tmp_path, k4_bin, tiny_weights):
     """k4.inputs(option=value) saved == k4 golden --flag value (cmp), for every key."""
     v = a_value(key)
     args = cli_args(key, v)
-    r = cli(k4_bin, "golden", "--preset", "tiny", "--seed", 2, *args, "--out", tmp_path / "cli.h5")
+    r = cli(k4_bin, "golden", "--preset", "tiny", "--tp", 1, "--seed", 2, *args, "--out", tmp_path / "cli.h5")
     assert r.returncode == 0, r.stderr
     k4.run(tiny_weights, k4.inputs(tiny_weights, seed=2, **{key["option"]: v})).save(tmp_path / "py.h5")
     assert subprocess.run(["cmp", tmp_path / "py.h5", tmp_path / "cli.h5"]).returncode == 0, args
@@ -133,7 +134,7 @@ def test_bad_options_give_the_cli_s_message(tiny_weights, k4_bin, tmp_path):
     # a value the table's reader refuses: the CLI's message
     for opts, args in [(dict(rank_scores="mine"), ["--rank-scores", "mine"]),
                        (dict(repeated_expert="x"), ["--repeated-expert", "x"])]:
-        r = cli(k4_bin, "golden", "--preset", "tiny", *args, "--out", tmp_path / "x.h5")
+        r = cli(k4_bin, "golden", "--preset", "tiny", "--tp", 1, *args, "--out", tmp_path / "x.h5")
         assert r.returncode != 0
         msg = r.stderr.strip().splitlines()[-1].removeprefix("k4 golden: ").removeprefix("error: ")
         with pytest.raises(ValueError) as e:

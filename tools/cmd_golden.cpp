@@ -17,6 +17,7 @@
 #include "golden/io/file_check.hpp"
 #include "golden/inputs/scenario.hpp"
 #include "golden/format/schema.hpp"
+#include "golden/format/weights_file.hpp"
 #include "golden/inputs/synth.hpp"
 #include "reference/model.hpp"
 #include "tools/commands.hpp"
@@ -49,7 +50,7 @@ double since(std::chrono::steady_clock::time_point t) {
 }
 
 struct Opt {
-  std::string checkpoint, preset, variant, scenario, inputs, out, kv_form = "auto", mx_scale = "even";
+  std::string checkpoint, preset, variant, scenario, inputs, out, kv_form = "auto", mx_scale = "even", weights_file;
   int tp = -1, layer = -1, threads = -1;
   uint64_t seed = 1, weight_seed = 1;
   bool force = false, progress = false;
@@ -180,14 +181,45 @@ int write_step_golden(const Opt& o, Step& st, std::chrono::steady_clock::time_po
   const auto tw = std::chrono::steady_clock::now();
   std::string weight_prep;
   LayerWeights w;
-  if (st.ck) {
-    const prep::MxScale mx = prep::mx_scale_from(o.mx_scale);
-    weight_prep = plan_layer(*st.ck, st.cfg, st.shape.layer, mx).prep_json;
-    Progress lbar("load layer " + std::to_string(st.shape.layer) + " o_proj", o.progress, "rows");
-    w = load_checkpoint_layer(st.ck, st.cfg, st.shape.layer, mx, [&](uint64_t d, uint64_t t) { lbar.update(d, t); });
-    lbar.finish();
-  } else {
-    w = synth::synthetic_layer(st.cfg, o.weight_seed);
+  const prep::MxScale mx = prep::mx_scale_from(o.mx_scale);
+  if (st.ck) weight_prep = plan_layer(*st.ck, st.cfg, st.shape.layer, mx).prep_json;  // headers only: a bad tensor first
+  golden::WeightsSource src;
+  src.weights = o.checkpoint.empty() ? "synthetic" : "checkpoint " + o.checkpoint;
+  src.weight_seed = o.checkpoint.empty() ? o.weight_seed : 0;
+  src.weight_prep = weight_prep;
+  src.weight_layer = st.ck ? st.shape.layer : -1;
+  std::string wf_hash;
+  bool reused = false;
+  if (!o.weights_file.empty()) {
+    const Injections& x = st.scn.inject;
+    if (from_scenario && (x.special_weights || !x.nan_weight.empty()))
+      throw std::invalid_argument("--weights-file: the scenario's weight injections (special_weights, nan_weight) change the "
+                                  "weights, so such a golden holds its own (leave out --weights-file)");
+    if (st.cfg.variant.shared_fp8)
+      throw std::invalid_argument("--weights-file with moe.shared_fp8 = on: a weights file does not hold the MXFP8 shared "
+                                  "expert apart from the MXFP4 tables yet (leave out --weights-file)");
+    if (std::filesystem::exists(o.weights_file)) {  // reused: its weights, checked whole first
+      const golden::WeightsFile wf(o.weights_file);
+      wf.require_matches(st.cfg, src);
+      wf.verify();
+      w = wf.weights(st.cfg);
+      wf_hash = wf.hash();
+      reused = true;
+    }
+  }
+  if (!reused) {
+    if (st.ck) {
+      Progress lbar("load layer " + std::to_string(st.shape.layer) + " o_proj", o.progress, "rows");
+      w = load_checkpoint_layer(st.ck, st.cfg, st.shape.layer, mx, [&](uint64_t d, uint64_t t) { lbar.update(d, t); });
+      lbar.finish();
+    } else {
+      w = synth::synthetic_layer(st.cfg, o.weight_seed);
+    }
+    if (!o.weights_file.empty()) {
+      Progress wbar("weights file", o.progress);
+      wf_hash = golden::write_weights_file(o.weights_file, w, src, [&](uint64_t d, uint64_t t) { wbar.update(d, t); });
+      wbar.finish();
+    }
   }
   if (from_scenario) apply_weight_injections(w, st.scn);
   const double t_weights = since(tw);
@@ -202,6 +234,8 @@ int write_step_golden(const Opt& o, Step& st, std::chrono::steady_clock::time_po
   meta.weights = o.checkpoint.empty() ? "synthetic" : "checkpoint " + o.checkpoint;
   if (st.ck) meta.weight_prep = weight_prep, meta.weight_layer = st.shape.layer;
   meta.kv_form = o.kv_form;
+  meta.weights_file = o.weights_file;
+  meta.weights_file_hash = wf_hash;
   golden::WriteOptions wo;
   wo.overwrite = o.force;
   Progress bar("golden", o.progress);
@@ -214,6 +248,9 @@ int write_step_golden(const Opt& o, Step& st, std::chrono::steady_clock::time_po
   std::printf("wrote %s: %s tp %d, S %d, %llu bytes (%.1f MB); weights %.2f s, run_step %.2f s, write %.2f s, total %.2f s\n",
               o.out.c_str(), st.cfg.name.c_str(), st.cfg.tp, st.in.shared.tokens, (unsigned long long)bytes,
               double(bytes) / 1e6, t_weights, t_run, t_write, since(t0));
+  if (!o.weights_file.empty())
+    std::printf("weights in %s (%s, hash %s, %llu bytes)\n", o.weights_file.c_str(), reused ? "reused" : "written",
+                wf_hash.c_str(), (unsigned long long)std::filesystem::file_size(o.weights_file));
   return 0;
 }
 
@@ -245,6 +282,9 @@ Run add_golden(CLI::App& app) {
       ->check(CLI::IsMember({"whole", "selected", "auto"}));
   app.add_option("--threads", o->threads, "OpenMP threads, 1..1024 (default: OMP_NUM_THREADS / all); the bits never depend on it")
       ->check(CLI::Range(1, 1024));
+  app.add_option("--weights-file", o->weights_file,
+                 "layer weights file: written when absent, else reused (the same weights); the golden then refers to its "
+                 "o_proj and expert weights (with their hash) instead of holding them");
   app.add_option("--out", o->out, "output golden .h5")->required();
   app.add_flag("--force", o->force, "overwrite an existing output");
   app.add_flag("--progress", o->progress, "show progress even when stderr is not a terminal");

@@ -109,16 +109,19 @@ void show_dataset(const h5::Group& root, const std::string& path, int samples, b
   const std::string dts = d.has_attr("dtype") ? d.attr_string("dtype") : std::string("?");
   const std::string dims = d.has_attr("dims") ? d.attr_string("dims") : std::string("");
   Json* jd = nullptr;
+  const bool virt = d.is_virtual();  // k4 golden --weights-file: the weights file holds the bytes
   if (json) {
     Json o;
     o["path"] = path;
     o["dtype"] = dts;
     o["shape"] = sh;
     o["dims"] = dims;
+    if (virt) o["virtual"] = true;
     (*json)["datasets"].push_back(o);
     jd = &(*json)["datasets"].back();
   } else {
-    std::printf("  %-44s %-7s (%s) [%s]\n", path.c_str(), dts.c_str(), shape.c_str(), dims.c_str());
+    std::printf("  %-44s %-7s (%s) [%s]%s\n", path.c_str(), dts.c_str(), shape.c_str(), dims.c_str(),
+                virt ? "  virtual: in the weights file" : "");
   }
   golden::DType dt;
   if (!stats || !golden::dtype_from_name(dts, dt)) return;

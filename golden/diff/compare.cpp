@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <set>
 
+#include "golden/format/weights_file.hpp"
 #include "golden/io/atomic_file.hpp"
 #include "golden/io/file_check.hpp"
 #include "golden/io/hdf5.hpp"
@@ -314,6 +315,11 @@ DumpReader::DumpReader(const std::string& path, const std::string& what) : p_(st
     bad("was written in schema version " + std::to_string(v) + "; this tool reads versions " +
         std::to_string(kOldestSchemaVersion) + ".." + std::to_string(kSchemaVersion) +
         " (regenerate it with this tool's `k4 golden`, or rebuild the kernel runner)");
+  try {
+    check_weights_refs(path, r);  // `k4 golden --weights-file`: the weights file there and unchanged
+  } catch (const h5::Error& e) {
+    bad(e.what());
+  }
 }
 DumpReader::~DumpReader() = default;
 DumpReader::DumpReader(DumpReader&&) noexcept = default;

@@ -8,6 +8,7 @@
 #include "golden/io/file_check.hpp"
 #include "golden/io/hdf5.hpp"
 #include "golden/format/schema.hpp"
+#include "golden/format/weights_file.hpp"
 
 namespace k4::golden {
 namespace {
@@ -141,7 +142,9 @@ struct GoldenReader::Impl {
       }
       rank_dims.push_back(d);
     }
+    check_weights_refs(path, root);  // a golden of `k4 golden --weights-file`: its weights file
   }
+
 
   template <class T>
   std::vector<T> get(int rank, const std::string& group, const std::string& name) const {

@@ -4,7 +4,7 @@
 //
 //   /                      attributes magic "K4GOLDEN", schema_version 2, contract_version,
 //                          tool_version, config (JSON), scenario (JSON), seeds (JSON), tp,
-//                          tokens, weights
+//                          tokens, weights (and weights_file: golden/format/weights_file.hpp)
 //   /inputs/               the shared step inputs (seq_lens, block_table, h_in)
 //   /rank<r>/<stage>/inputs/   stage in index, split, merge, oproj, router, moe
 //   /rank<r>/<stage>/outputs/
@@ -79,6 +79,10 @@ struct GoldenMeta {
   // names, plus page_ids), or "auto": whole when K + V of a rank fit whole_kv_limit bytes.
   std::string kv_form = "auto";
   uint64_t whole_kv_limit = 8u << 20;
+  // `--weights-file`: the golden's w_o and expert tables are virtual datasets over this
+  // weights file (golden/format/weights_file.hpp), whose content hash is weights_file_hash;
+  // the weights passed to write_golden must be the file's (no injections). Empty: stored here.
+  std::string weights_file, weights_file_hash;
 };
 
 struct WriteOptions {

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "golden/format/schema.hpp"
+#include "golden/format/weights_file.hpp"
 #include "golden/io/atomic_file.hpp"
 #include "golden/io/hdf5.hpp"
 
@@ -18,6 +20,7 @@ struct Writer {
   DimSizes dims;
   uint64_t done = 0, total = 0;
   const WriteOptions* opt = nullptr;
+  std::string weights_file;  // the name the virtual datasets give their source (relative to the golden's directory)
 
   void tick(uint64_t bytes) {
     count_written(bytes);  // K4_FAIL_AFTER_BYTES (golden/io/atomic_file.hpp)
@@ -96,11 +99,22 @@ void put_experts(Writer& W, const h5::Group& g, const LayerWeights& lw, int rank
   } parts[] = {{"w13", &ExpertWeights::w13}, {"s13", &ExpertWeights::s13}, {"w2", &ExpertWeights::w2},
                {"s2", &ExpertWeights::s2}};
   std::vector<h5::Dataset> ds;
+  const bool virt = !W.weights_file.empty();  // virtual datasets over the weights file's rows ids
+  const std::vector<uint64_t> rows(ids.begin(), ids.end());
   for (const Part& p : parts) {
     const TensorSpec& s = find_spec("moe/inputs", p.name);
-    ds.push_back(g.create_dataset(p.name, h5::Elem::U8, W.dims.shape(s.dims)));
+    const std::vector<uint64_t> shape = W.dims.shape(s.dims);
+    if (virt) {
+      std::vector<uint64_t> src = shape;
+      src[0] = uint64_t(c.n_routed) + 1;
+      ds.push_back(g.create_virtual(p.name, h5::Elem::U8, shape, W.weights_file, "/rank" + std::to_string(rank) + "/" + p.name,
+                                    src, rows));
+    } else {
+      ds.push_back(g.create_dataset(p.name, h5::Elem::U8, shape));
+    }
     W.describe(ds.back(), s);
   }
+  Fnv64 hash[4];  // virtual: the bytes each table reads, for its source_hash
   // A batch of experts is materialized in parallel (the source is thread-safe), then written
   // one hyperslab each, in id order.
   constexpr size_t kBatch = 8;
@@ -128,11 +142,17 @@ void put_experts(Writer& W, const h5::Group& g, const LayerWeights& lw, int rank
           throw std::invalid_argument("golden: expert " + std::to_string(ids[i]) + " of rank " + std::to_string(rank) +
                                       ": " + parts[k].name + " has " + std::to_string(v.size()) + " bytes, expected " +
                                       std::to_string(per));
-        ds[k].write_rows(i, 1, v.data(), h5::Elem::U8);
-        W.tick(per);
+        if (virt) {
+          hash[k].add(v.data(), v.size());
+        } else {
+          ds[k].write_rows(i, 1, v.data(), h5::Elem::U8);
+          W.tick(per);
+        }
       }
     }
   }
+  if (virt)
+    for (size_t k = 0; k < 4; ++k) ds[k].set_attr("source_hash", hash[k].hex());
   if (c.variant.shared_fp8) {  // V6.1: the MXFP8 shared expert's own tables
     const std::shared_ptr<const ExpertWeights> sh = lw.experts->expert(rank, c.shared_expert());
     W.put(g, "moe/inputs", "sh_w13", sh->w13);
@@ -230,7 +250,20 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
   {
     h5::Group g = stage("oproj", "inputs");
     put_links(g, "oproj/inputs", r);
-    W.put(g, "oproj/inputs", "w_o", w.w_o);
+    if (W.weights_file.empty()) {
+      W.put(g, "oproj/inputs", "w_o", w.w_o);
+    } else {  // a virtual dataset over the weights file's /rank<r>/w_o
+      const TensorSpec& s = find_spec("oproj/inputs", "w_o");
+      const std::vector<uint64_t> shape = W.dims.shape(s.dims);
+      if (w.w_o.size() != shape[0] * shape[1]) throw std::invalid_argument("golden: w_o of rank " + std::to_string(r) + " has the wrong size");
+      std::vector<uint64_t> rows(shape[0]);
+      for (uint64_t i = 0; i < shape[0]; ++i) rows[i] = i;
+      h5::Dataset d = g.create_virtual("w_o", h5::Elem::U8, shape, W.weights_file, "/rank" + std::to_string(r) + "/w_o", shape, rows);
+      W.describe(d, s);
+      Fnv64 h;
+      h.add(w.w_o.data(), w.w_o.size());
+      d.set_attr("source_hash", h.hex());
+    }
     put_or_link(W, g, "oproj/inputs", "s_o", w.s_o, w0.s_o, r);
     put_outputs(W, stage("oproj", "outputs"), "oproj", R);
   }
@@ -286,6 +319,15 @@ void write_golden(const std::string& path, const LayerWeights& lw, const StepInp
     W.dims.bt_width = in.shared.bt_width;
     W.dims.score_width = in.shared.score_width;
     W.total = estimate_bytes(lw, in, res);
+    if (!meta.weights_file.empty()) {
+      if (c.variant.shared_fp8)
+        throw std::invalid_argument("golden " + path + ": --weights-file with moe.shared_fp8 = on is not supported");
+      namespace fs = std::filesystem;
+      const fs::path wf = fs::absolute(meta.weights_file).lexically_normal();
+      const fs::path dir = fs::absolute(path).lexically_normal().parent_path();
+      W.weights_file = wf.lexically_relative(dir).string();
+      if (W.weights_file.empty()) W.weights_file = wf.string();
+    }
     h5::Group root = W.file.root();
     root.set_attr("magic", kMagic);
     root.set_attr("schema_version", int64_t(kSchemaVersion));
@@ -301,6 +343,12 @@ void write_golden(const std::string& path, const LayerWeights& lw, const StepInp
     root.set_attr("tp", int64_t(c.tp));
     root.set_attr("tokens", int64_t(in.shared.tokens));
     root.set_attr("weights", meta.weights);
+    if (!W.weights_file.empty()) {
+      nlohmann::ordered_json wj;
+      wj["path"] = W.weights_file;
+      wj["hash"] = meta.weights_file_hash;
+      root.set_attr("weights_file", wj.dump());
+    }
     if (!meta.weight_prep.empty()) {
       root.set_attr("weight_prep", meta.weight_prep);
       root.set_attr("weight_layer", int64_t(meta.weight_layer));

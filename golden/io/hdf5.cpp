@@ -485,6 +485,47 @@ Dataset Group::create_dataset(const std::string& name, Elem stored, const std::v
   return Dataset(Handle(ds, H5Dclose), w);
 }
 
+Dataset Group::create_virtual(const std::string& name, Elem stored, const std::vector<uint64_t>& shape,
+                              const std::string& src_file, const std::string& src_path,
+                              const std::vector<uint64_t>& src_shape, const std::vector<uint64_t>& src_rows) const {
+  Where w{file(), child_path(name)};
+  if (shape.empty() || src_shape.size() != shape.size() || src_rows.size() != shape[0])
+    throw Error(w.str("dataset") + ": virtual dataset of " + std::to_string(src_rows.size()) + " rows over " + src_file +
+                ":" + src_path + " does not match its shape");
+  for (size_t k = 1; k < shape.size(); ++k)
+    if (shape[k] != src_shape[k]) throw Error(w.str("dataset") + ": virtual dataset's row shape differs from " + src_path + "'s");
+  std::vector<hsize_t> d(shape.begin(), shape.end()), sd(src_shape.begin(), src_shape.end());
+  Handle vs(check(H5Screate_simple(int(d.size()), d.data(), nullptr), "H5Screate_simple", w, "dataset"), H5Sclose);
+  Handle ss(check(H5Screate_simple(int(sd.size()), sd.data(), nullptr), "H5Screate_simple", w, "dataset"), H5Sclose);
+  Handle dcpl = dcpl_no_times(w);
+  check(H5Pset_fill_time(dcpl.id(), H5D_FILL_TIME_IFSET), "H5Pset_fill_time", w, "dataset");
+  for (size_t i = 0; i < src_rows.size();) {
+    size_t n = 1;
+    while (i + n < src_rows.size() && src_rows[i + n] == src_rows[i] + n) ++n;
+    if (src_rows[i] + n > src_shape[0])
+      throw Error(w.str("dataset") + ": source row " + std::to_string(src_rows[i] + n - 1) + " is outside " + src_path);
+    std::vector<hsize_t> vstart(d.size(), 0), sstart(d.size(), 0), count(d.begin(), d.end());
+    vstart[0] = i;
+    sstart[0] = src_rows[i];
+    count[0] = n;
+    check(H5Sselect_hyperslab(vs.id(), H5S_SELECT_SET, vstart.data(), nullptr, count.data(), nullptr), "H5Sselect_hyperslab", w,
+          "dataset");
+    check(H5Sselect_hyperslab(ss.id(), H5S_SELECT_SET, sstart.data(), nullptr, count.data(), nullptr), "H5Sselect_hyperslab", w,
+          "dataset");
+    check(H5Pset_virtual(dcpl.id(), vs.id(), src_file.c_str(), src_path.c_str(), ss.id()), "H5Pset_virtual", w, "dataset");
+    i += n;
+  }
+  check(H5Sselect_all(vs.id()), "H5Sselect_all", w, "dataset");
+  hid_t ds = check(H5Dcreate2(id(), name.c_str(), file_type(stored), vs.id(), H5P_DEFAULT, dcpl.id(), H5P_DEFAULT),
+                   "H5Dcreate2", w, "dataset");
+  return Dataset(Handle(ds, H5Dclose), w);
+}
+
+bool Dataset::is_virtual() const {
+  Handle p(check(H5Dget_create_plist(id()), "H5Dget_create_plist", where(), "dataset"), H5Pclose);
+  return check(H5Pget_layout(p.id()), "H5Pget_layout", where(), "dataset") == H5D_VIRTUAL;
+}
+
 Dataset Group::open_dataset(const std::string& name) const {
   Where w{file(), child_path(name)};
   if (!resolves(name)) throw Error(w.str("dataset") + ": is missing");

@@ -6,7 +6,8 @@
 // error printing is turned off the first time this layer is used.
 //
 // Only what the goldens need: groups, soft links, datasets of raw-bit integers (uint8,
-// uint16, int32, uint32) of any rank, and scalar string / int64 / double attributes.
+// uint16, int32, uint32) of any rank, virtual datasets over another file's rows, and scalar
+// string / int64 / double attributes.
 // Everything written is deterministic: object timestamps are off (H5Pset_obj_track_times),
 // no compression, contiguous layout; the same calls in the same order give the same bytes.
 #pragma once
@@ -110,6 +111,9 @@ class Dataset : public Object {
   void write_rows(uint64_t row, uint64_t n, const void* data, Elem mem) const;
   void read_rows(uint64_t row, uint64_t n, void* data, Elem mem) const;
 
+  // An HDF5 virtual dataset (its elements live in other files' datasets).
+  bool is_virtual() const;
+
   template <class T> std::vector<T> read() const {
     std::vector<T> v(size());
     read_raw(v.data(), elem_of<T>());
@@ -137,6 +141,14 @@ class Group : public Object {
 
   Dataset create_dataset(const std::string& name, Elem stored, const std::vector<uint64_t>& shape) const;
   Dataset open_dataset(const std::string& name) const;
+  // A virtual dataset (HDF5 VDS): row i of its first dimension is row src_rows[i] of the
+  // dataset src_path of file src_file (a relative name is found beside this file, HDF5's
+  // rule), the other dimensions the same. Runs of consecutive rows are one mapping each.
+  // Elements whose source cannot be opened read as the fill value 0: the caller checks the
+  // source (a golden's weights file: its hash, docs/golden-format.md).
+  Dataset create_virtual(const std::string& name, Elem stored, const std::vector<uint64_t>& shape,
+                         const std::string& src_file, const std::string& src_path,
+                         const std::vector<uint64_t>& src_shape, const std::vector<uint64_t>& src_rows) const;
 
   template <class T>
   Dataset write(const std::string& name, const std::vector<uint64_t>& shape, const T* data) const {

@@ -134,3 +134,21 @@ def test_the_gil_is_released_during_the_model():
         done.wait(0.001)
     t.join()
     assert len(ticks) > 20  # the main thread ran while the model did
+
+
+def test_open_reads_a_golden_with_a_weights_file(tmp_path, k4_bin, tiny_golden):
+    """k4.open resolves `k4 golden --weights-file` goldens: the same tensors as the self-contained one."""
+    ref = tmp_path / "ref.h5"
+    r = cli(k4_bin, "golden", "--preset", "tiny", "--tokens", 4, "--context", "1000,short,300,2000", "--seed", 3,
+            "--weights-file", tmp_path / "w.h5", "--out", ref)
+    assert r.returncode == 0, r.stderr
+    a, b = k4.open(tiny_golden), k4.open(ref)
+    assert set(a.paths()) == set(b.paths())
+    for p in ("rank0/moe/inputs/w13", "rank3/moe/inputs/s2", "rank1/oproj/inputs/w_o", "rank2/moe/outputs/partial"):
+        assert np.array_equal(a[p].bits, b[p].bits), p
+    assert np.abs(b["rank0/moe/inputs/w13"].bits.astype(np.int64)).sum() > 0  # not the zeros of a missing source
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "ref.h5").write_bytes(ref.read_bytes())
+    with pytest.raises(k4.FormatError, match="moved without its weights file"):
+        k4.open(moved / "ref.h5")

@@ -9,6 +9,8 @@
 //   logit(e): lane L's 4 chains acc_j = fdot2(gate pair, xn pair, acc_j) over i (elements
 //   (i * 64 + L) * 8 + 2 j, + 1), lane value (acc0 + acc1) + (acc2 + acc3), wave_sum;
 //   sig = rcp(1 + exp2(-bf16(logit) * log2e)); key = route_key(sig + bias, e).
+//   Variants (docs/numerics.md §13): router.gate = f32 reads the F32 gate, the pair step
+//   fma(g1, x1, fma(g0, x0, acc)) (V1a); router.round_logit = false: no bf16 rounding.
 // Kernels: the norm (one block a token and rank, 512 threads: the seed's thread -> element
 // map) and the logits (one block a token, 8 experts and rank: wave w's 64 lanes expert
 // 8 t + w, the lane values meeting in shared memory for the 64-lane tree).
@@ -82,8 +84,19 @@ struct LogitBody {
     const uint8_t* xn = reinterpret_cast<const uint8_t*>(a.xn + tk * HID);
     c.each(cfg.threads, [&](int t) {
       const int w = t / kWaveLanes, lane = t % kWaveLanes, e = task * per_task + w;
-      const uint8_t* gate = reinterpret_cast<const uint8_t*>(a.w_gate + (size_t(r) * E + e) * HID);
       float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (cfg.router_gate != 0) {  // V1a: the F32 gate, two IEEE fmas a pair, the even element first
+        const float* g32 = a.w_gate_f32 + (size_t(r) * E + e) * HID;
+        const uint16_t* x16 = a.xn + tk * HID;
+        for (int i = 0; i < HID / 512; ++i)
+          for (int j = 0; j < 4; ++j) {
+            const int el = (i * 64 + lane) * 8 + 2 * j;
+            acc[j] = fma_f32(g32[el + 1], bf16_to_f32(x16[el + 1]), fma_f32(g32[el], bf16_to_f32(x16[el]), acc[j]));
+          }
+        lanes[t] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        return;
+      }
+      const uint8_t* gate = reinterpret_cast<const uint8_t*>(a.w_gate + (size_t(r) * E + e) * HID);
       for (int i = 0; i < HID / 512; ++i) {
         const int el = (i * 64 + lane) * 8;  // 8 bf16 = 16 bytes of each operand
         const Bytes16 gw = load16(gate + size_t(el) * 2), xv = load16(xn + size_t(el) * 2);
@@ -99,10 +112,11 @@ struct LogitBody {
     c.each(per_task, [&](int w) {
       const int e = task * per_task + w;
       const float logit = wave_sum(lanes + w * kWaveLanes);
-      const float sc = rcp_approx(1.0f + exp2_approx(-(K4_MUTANT_ON(44) ? logit : bf16_round(logit)) * kLog2e));  // hw_rcp (seed:L1465)
+      const float x = K4_MUTANT_ON(44) ? logit : cfg.round_logit ? bf16_round(logit) : logit;  // bf16_round (seed:L1465); V1b: unrounded
+      const float sc = rcp_approx(1.0f + exp2_approx(-x * kLog2e));  // hw_rcp (seed:L1465)
       a.logit[tk * E + e] = canon_nan(logit);
       a.sig[tk * E + e] = canon_nan(sc);
-      const float biased = K4_MUTANT_ON(49) ? sigmoid_approx(bf16_round(logit) + a.bias[size_t(r) * E + e]) : sc + a.bias[size_t(r) * E + e];
+      const float biased = K4_MUTANT_ON(49) ? sigmoid_approx(x + a.bias[size_t(r) * E + e]) : sc + a.bias[size_t(r) * E + e];
       a.key[tk * E + e] = K4_MUTANT_ON(50) ? mut::route_key_ties_high(biased, e) : K4_MUTANT_ON(51) ? mut::route_key_raw_nan(biased, e) : route_key(biased, e);
     });
   }

@@ -132,6 +132,7 @@ struct Runner::Impl {
   DeviceBuffer<uint8_t> w_o;
   DeviceBuffer<float> s_o, bias;
   DeviceBuffer<uint16_t> g_post, w_gate;
+  DeviceBuffer<float> w_gate_f32;  // router.gate = f32 only
   Experts ex;
   // the step's inputs
   int S = 0, q_len = 1, bt_width = 0, score_width = 0, ag = 0;
@@ -166,6 +167,8 @@ struct Runner::Impl {
     std::vector<uint8_t> wo;
     std::vector<float> so, bi;
     std::vector<uint16_t> gp, wg;
+    std::vector<float> wg32;
+    const bool f32_gate = cfg.variant.router_gate == RouterGate::f32;
     for (int r = 0; r < W; ++r) {
       const RankWeights& rw = w.ranks[r];
       const std::string p = "rank" + std::to_string(r) + "/";
@@ -173,15 +176,17 @@ struct Runner::Impl {
       expect_size(p + "s_o", rw.s_o.size(), H);
       expect_size(p + "g_post", rw.g_post.size(), H);
       expect_size(p + "w_gate", rw.w_gate.size(), E * H);
+      if (f32_gate) expect_size(p + "w_gate_f32 (router.gate = f32)", rw.w_gate_f32.size(), E * H);
       expect_size(p + "bias", rw.bias.size(), E);
       wo.insert(wo.end(), rw.w_o.begin(), rw.w_o.end());
       so.insert(so.end(), rw.s_o.begin(), rw.s_o.end());
       gp.insert(gp.end(), rw.g_post.begin(), rw.g_post.end());
       wg.insert(wg.end(), rw.w_gate.begin(), rw.w_gate.end());
+      if (f32_gate) wg32.insert(wg32.end(), rw.w_gate_f32.begin(), rw.w_gate_f32.end());
       bi.insert(bi.end(), rw.bias.begin(), rw.bias.end());
       src_rank.push_back(r);
     }
-    upload(w_o, wo), upload(s_o, so), upload(g_post, gp), upload(w_gate, wg), upload(bias, bi);
+    upload(w_o, wo), upload(s_o, so), upload(g_post, gp), upload(w_gate, wg), upload(w_gate_f32, wg32), upload(bias, bi);
     ex.reset(W, cfg.n_experts());
   }
 
@@ -264,7 +269,7 @@ struct Runner::Impl {
   }
   void stage_router() {
     launch_route_scores(RouterArgs{xn.get(), xn8.get(), xsc.get(), rstd.get(), logit.get(), sig.get(), key.get(),
-                                   a.get(), h_in.get(), g_post.get(), w_gate.get(), bias.get(), S, W, dc},
+                                   a.get(), h_in.get(), g_post.get(), w_gate.get(), w_gate_f32.get(), bias.get(), S, W, dc},
                         st);
   }
   void stage_route() { launch_route_top4(RouteArgs{ids.get(), weights.get(), sig.get(), key.get(), S, W, dc}, st); }
@@ -807,13 +812,17 @@ void route_scores(RouterOut& out, const std::vector<uint16_t>& a, const std::vec
   auto dh = to_device(h_in);
   auto g = to_device(w.g_post);
   auto wg = to_device(w.w_gate);
+  if (cfg.variant.router_gate == RouterGate::f32 && w.w_gate_f32.size() != E * H)
+    throw std::invalid_argument("router: router.gate = f32 needs the F32 gate w_gate_f32 (" + std::to_string(E * H) +
+                                " elements), the weights have " + std::to_string(w.w_gate_f32.size()));
+  auto wg32 = to_device(cfg.variant.router_gate == RouterGate::f32 ? w.w_gate_f32 : std::vector<float>{});
   auto bi = to_device(w.bias);
   DeviceBuffer<uint16_t> xn(S * H);
   DeviceBuffer<uint8_t> xn8(S * H), xsc(S * H / 32);
   DeviceBuffer<float> rstd(S), logit(S * E), sig(S * E);
   DeviceBuffer<int32_t> key(S * E);
   launch_route_scores(RouterArgs{xn.get(), xn8.get(), xsc.get(), rstd.get(), logit.get(), sig.get(), key.get(), da.get(),
-                                 dh.get(), g.get(), wg.get(), bi.get(), tokens, 1, dc},
+                                 dh.get(), g.get(), wg.get(), wg32.get(), bi.get(), tokens, 1, dc},
                       0);
   sync();
   out.xn = download(xn, S * H), out.xn8 = download(xn8, S * H), out.xsc = download(xsc, S * H / 32);

@@ -97,6 +97,7 @@ struct RouterArgs {
   const uint16_t* h_in;        // (S, hidden)
   const uint16_t* g_post;      // (W, hidden)
   const uint16_t* w_gate;      // (W, E, hidden)
+  const float* w_gate_f32;     // (W, E, hidden)  the F32 gate: read under router.gate = f32 only
   const float* bias;           // (W, E)
   int tokens, ranks;
   DevCfg cfg;

@@ -17,11 +17,11 @@ const std::vector<VariantSwitch>& variant_switches() {
   // their rules land (VARIANTS.md V4, V6.1, V6.2: issue 14's second half)
   static const std::vector<VariantSwitch> table = {
       {"router.gate", "V1a", "the router's gate operand: the bf16 copy (fdot2 pairs) or the f32 checkpoint gate (fma pairs)",
-       {"bf16", "f32"}, {true, false},
+       {"bf16", "f32"}, {true, true},
        [](const Variant& v) { return int(v.router_gate); },
        [](Variant& v, int i) { v.router_gate = RouterGate(i); }},
       {"router.round_logit", "V1", "round the logit to bf16 before the sigmoid (bf16_round (seed:L1465))",
-       {"true", "false"}, {true, false},
+       {"true", "false"}, {true, true},
        [](const Variant& v) { return v.round_logit ? 0 : 1; },
        [](Variant& v, int i) { v.round_logit = i == 0; }},
       {"moe.wide_live_rows", "V2", "rows whose picks join the wide MoE's experts: all, or the live ones (seq_len > 0)",

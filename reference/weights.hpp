@@ -35,7 +35,11 @@ struct RankWeights {
   std::vector<uint8_t> w_o;      // (hidden, o_k)  E4M3, this rank's o_k input columns
   std::vector<float> s_o;        // (hidden,)      f32 row scale
   std::vector<uint16_t> g_post;  // (hidden,)      bf16 Gemma RMSNorm weight (x * (1 + g))
-  std::vector<uint16_t> w_gate;  // (n_routed, hidden) bf16 router gate
+  std::vector<uint16_t> w_gate;  // (n_routed, hidden) bf16 router gate: the bf16 copy of the F32 gate
+  // (n_routed, hidden) the F32 checkpoint gate (its bf16 RNE is w_gate), which the router reads
+  // under router.gate = f32 (V1a); may be empty where no variant reads it (a golden of another
+  // variant does not store it)
+  std::vector<float> w_gate_f32;
   std::vector<float> bias;       // (n_routed,)    f32 e_score_correction_bias
 };
 
@@ -43,9 +47,6 @@ struct LayerWeights {
   Config cfg;
   std::vector<RankWeights> ranks;         // tp entries
   std::shared_ptr<const ExpertSource> experts;
-  // The checkpoint's F32 router gate (n_routed, hidden) when it has one (the releases do):
-  // the gate a router.gate = f32 build reads; w_gate is its bf16 copy. Empty otherwise.
-  std::vector<float> gate_f32;
 };
 
 }  // namespace k4

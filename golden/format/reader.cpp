@@ -251,6 +251,7 @@ struct GoldenReader::Impl {
     w.s_o = get<float>(r, "oproj/inputs", "s_o");
     w.g_post = get<uint16_t>(r, "router/inputs", "g_post");
     w.w_gate = get<uint16_t>(r, "router/inputs", "w_gate");
+    if (cfg.variant.router_gate == RouterGate::f32) w.w_gate_f32 = get<float>(r, "router/inputs", "w_gate_f32");
     w.bias = get<float>(r, "router/inputs", "bias");
     return w;
   }
@@ -371,6 +372,7 @@ RouterStage GoldenReader::router(int r) const {
   s.h_in = p_->get<uint16_t>(r, "router/inputs", "h_in");
   s.w.g_post = p_->get<uint16_t>(r, "router/inputs", "g_post");
   s.w.w_gate = p_->get<uint16_t>(r, "router/inputs", "w_gate");
+  if (p_->cfg.variant.router_gate == RouterGate::f32) s.w.w_gate_f32 = p_->get<float>(r, "router/inputs", "w_gate_f32");
   s.w.bias = p_->get<float>(r, "router/inputs", "bias");
   s.out = p_->read_fields(r, "router/outputs").router;
   return s;

@@ -110,7 +110,8 @@ const std::vector<TensorSpec>& tensor_specs() {
     {"router/inputs", "a", D::BF16, "token,hidden", "@oproj/outputs/a", "stage 3 output"},
     {"router/inputs", "h_in", D::BF16, "token,hidden", "/inputs/h_in", "shared input"},
     {"router/inputs", "g_post", D::BF16, "hidden", "", "Gemma RMSNorm weight (x * (1 + g))"},
-    {"router/inputs", "w_gate", D::BF16, "expert,hidden", "", "router gate"},
+    {"router/inputs", "w_gate", D::BF16, "expert,hidden", "", "router gate (the bf16 copy of the F32 gate)"},
+    {"router/inputs", "w_gate_f32", D::F32, "expert,hidden", "", "router.gate = f32 only: the F32 gate the logits read (V1a)"},
     {"router/inputs", "bias", D::F32, "expert", "", "e_score_correction_bias"},
     {"router/outputs", "xn", D::BF16, "token,hidden", "", "normed row", F(router.xn)},
     {"router/outputs", "xn8", D::E4M3, "token,hidden", "", "MXFP8 elements of xn", F(router.xn8)},
@@ -213,6 +214,7 @@ std::string DimSizes::dims_of(const char* dims) const {
 DType DimSizes::dtype_of(const TensorSpec& s) const { return spec_dtype(s, cfg); }
 
 bool spec_present(const TensorSpec& s, const Config& c) {
+  if (std::string(s.name) == "w_gate_f32") return c.variant.router_gate == RouterGate::f32;
   return std::string(s.dims).rfind("sh_expert,", 0) != 0 || c.variant.shared_fp8;
 }
 

@@ -58,7 +58,9 @@ std::string shape_str(const std::vector<uint64_t>& s);  // "(4,2048)"
 // E4M3 under moe.experts = mxfp8 (V7).
 DType spec_dtype(const TensorSpec& s, const Config& c);
 // Whether a file of config c holds tensor s: the MXFP8 shared expert's sh_* only under
-// moe.shared_fp8 (V6.1), where the stacked w13 .. s2 hold the routed experts only.
+// moe.shared_fp8 (V6.1), where the stacked w13 .. s2 hold the routed experts only;
+// router/inputs/w_gate_f32 only under router.gate = f32 (V1a). (page_ids depends on the KV
+// form, not on the config.)
 bool spec_present(const TensorSpec& s, const Config& c);
 
 // Config <-> JSON (every field; reading requires every field and no others).

@@ -273,6 +273,7 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
     put_links(g, "router/inputs", r);
     put_or_link(W, g, "router/inputs", "g_post", w.g_post, w0.g_post, r);
     put_or_link(W, g, "router/inputs", "w_gate", w.w_gate, w0.w_gate, r);
+    if (c.variant.router_gate == RouterGate::f32) put_or_link(W, g, "router/inputs", "w_gate_f32", w.w_gate_f32, w0.w_gate_f32, r);
     put_or_link(W, g, "router/inputs", "bias", w.bias, w0.bias, r);
     put_outputs(W, stage("router", "outputs"), "router", R);
   }

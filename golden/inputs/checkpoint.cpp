@@ -372,6 +372,7 @@ LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const C
   lw.cfg = cfg;
   lw.ranks.resize(static_cast<size_t>(c.tp));
   std::vector<uint16_t> g_post(static_cast<size_t>(H)), w_gate(static_cast<size_t>(E * H));
+  std::vector<float> w_gate_f32(static_cast<size_t>(E * H));  // as stored (F32: the router.gate = f32 operand)
   std::vector<float> bias(static_cast<size_t>(E));
   {
     const st::TensorView& t = ck->at(d.norm);
@@ -379,11 +380,9 @@ LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const C
   }
   {
     const st::TensorView& t = ck->at(d.gate);
-    if (t.dtype == Dtype::F32) lw.gate_f32.resize(static_cast<size_t>(E * H));
     for (int64_t i = 0; i < E * H; ++i) {
-      const float g = load_f32(t.data, t.dtype, uint64_t(i));
-      w_gate[size_t(i)] = bf16_bits_rne(g);  // f32-to-bf16-rne (VARIANTS.md 8.2)
-      if (!lw.gate_f32.empty()) lw.gate_f32[size_t(i)] = g;
+      w_gate_f32[size_t(i)] = load_f32(t.data, t.dtype, uint64_t(i));
+      w_gate[size_t(i)] = bf16_bits_rne(w_gate_f32[size_t(i)]);  // f32-to-bf16-rne (VARIANTS.md 8.2)
     }
   }
   {
@@ -394,6 +393,7 @@ LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const C
   for (auto& R : lw.ranks) {
     R.g_post = g_post;
     R.w_gate = w_gate;
+    R.w_gate_f32 = w_gate_f32;
     R.bias = bias;
   }
   lw.experts = std::make_shared<CheckpointExpertSource>(ck, cfg, std::move(experts), mx);

@@ -10,7 +10,7 @@
 //  - o_proj BF16 / F32 -> ptpc-fp8-vllm on each rank's shard (per-rank s_o); F8_E4M3 with E8M0
 //    1x32 scales (MXFP8 release) -> exact dequantization, then the same; F8_E4M3 with an f32
 //    scale a row (k4 synth) -> as stored, one s_o for every rank.
-//  - router gate F32 -> bf16 RNE (the F32 kept in LayerWeights::gate_f32); BF16 as stored.
+//  - router gate F32 -> bf16 RNE (the value as stored kept in RankWeights::w_gate_f32); BF16 as stored.
 //  - experts U8 (MXFP4 pairs, even element low nibble) + U8 / F8_E8M0 scales -> as stored;
 //    BF16 / F32 -> MXFP4 by the --mx-scale rule (even by default); F8_E4M3 (MXFP8 release)
 //    -> refused for MXFP4 experts, naming the variant that reads them.

@@ -789,6 +789,11 @@ void apply_weight_injections(LayerWeights& w, const Scenario& s) {
       for (size_t i : wg) r.w_gate[i] = 0x8000;
       r.w_gate[inf_at] = 0x7F80;   // +Inf in expert 1's gate row
       r.w_gate[ninf_at] = 0xFF80;  // -Inf in expert 2's
+      if (!r.w_gate_f32.empty()) {  // the F32 gate alike (router.gate = f32)
+        for (size_t i : wg) r.w_gate_f32[i] = -0.0f;
+        r.w_gate_f32[inf_at] = std::numeric_limits<float>::infinity();
+        r.w_gate_f32[ninf_at] = -std::numeric_limits<float>::infinity();
+      }
       r.bias[3] = std::numeric_limits<float>::quiet_NaN();
       r.bias[4] = -std::numeric_limits<float>::infinity();
       r.bias[5] = std::numeric_limits<float>::infinity();
@@ -801,7 +806,10 @@ void apply_weight_injections(LayerWeights& w, const Scenario& s) {
   for (RankWeights& r : w.ranks) {
     if (x.nan_weight == "s_o") r.s_o[5] = std::numeric_limits<float>::quiet_NaN();
     if (x.nan_weight == "g_post") r.g_post[9] = 0x7FC0;
-    if (x.nan_weight == "w_gate") r.w_gate[size_t(2) * H + 9] = 0x7FC0;
+    if (x.nan_weight == "w_gate") {
+      r.w_gate[size_t(2) * H + 9] = 0x7FC0;
+      if (!r.w_gate_f32.empty()) r.w_gate_f32[size_t(2) * H + 9] = std::numeric_limits<float>::quiet_NaN();
+    }
   }
 }
 

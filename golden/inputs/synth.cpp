@@ -115,6 +115,16 @@ void normal_bf16(uint64_t key, double sigma, uint64_t begin, uint64_t n, uint16_
 void normal_f32(uint64_t key, double sigma, uint64_t begin, uint64_t n, float* out) {
   for (uint64_t i = 0; i < n; ++i) out[i] = float(sigma * normal_of(word(key, begin + i)));
 }
+void gate_f32(uint64_t key, double sigma, uint64_t begin, uint64_t n, float* out) {
+  for (uint64_t i = 0; i < n; ++i) {
+    uint16_t b;
+    normal_bf16(key, sigma, begin + i, 1, &b);
+    // below half a bf16 ulp: the RNE bf16 copy is b again; zeros, Inf and NaN stay exact
+    const bool finite_nonzero = (b & 0x7FFFu) != 0 && (b & 0x7F80u) != 0x7F80u;
+    const uint32_t low = finite_nonzero ? uint32_t(word(key ^ 0xF32F32F32ull, begin + i) & 0x7FFFu) : 0u;
+    out[i] = f32_from_bits((uint32_t(b) << 16) | low);
+  }
+}
 
 // ---- experts ---------------------------------------------------------------------------
 
@@ -196,10 +206,12 @@ LayerWeights synthetic_layer(const Config& cfg, uint64_t seed, int layer) {
   RankWeights base;
   base.g_post.resize(H);
   base.w_gate.resize(E * H);
+  base.w_gate_f32.resize(E * H);
   base.bias.resize(E);
   base.s_o.resize(H);
   normal_bf16(key(hf::Tensor::PostNorm), kNormSigma, 0, H, base.g_post.data());
-  normal_bf16(key(hf::Tensor::Gate), kGateSigma, 0, E * H, base.w_gate.data());
+  gate_f32(key(hf::Tensor::Gate), kGateSigma, 0, E * H, base.w_gate_f32.data());  // the checkpoint's F32 gate
+  for (uint64_t i = 0; i < E * H; ++i) base.w_gate[i] = bf16_bits_rne(base.w_gate_f32[i]);
   normal_f32(key(hf::Tensor::Bias), kBiasSigma, 0, E, base.bias.data());
   row_scales(key(hf::Tensor::OProjScale), 0, H, base.s_o.data());
   const uint64_t ko = key(hf::Tensor::OProj);
@@ -217,7 +229,7 @@ LayerWeights synthetic_layer(const Config& cfg, uint64_t seed, int layer) {
 
 namespace {
 
-enum class Gen { Fp4, ExpertScale, E4m3, E4m3Weight, RowScale, NormalBf16, NormalF32 };
+enum class Gen { Fp4, ExpertScale, E4m3, E4m3Weight, RowScale, NormalBf16, NormalF32, GateF32 };
 struct Item {
   std::string name;
   st::SafetensorsDtype dtype;
@@ -238,7 +250,7 @@ std::vector<Item> items(const Config& c, int layer) {
       {hf::name(T::PostNorm, layer), st::SafetensorsDtype::BF16, {H}, Gen::NormalBf16, kNormSigma},
       {hf::name(T::OProj, layer), st::SafetensorsDtype::F8_E4M3, {H, TOK}, Gen::E4m3},
       {hf::name(T::OProjScale, layer), st::SafetensorsDtype::F32, {H}, Gen::RowScale},
-      {hf::name(T::Gate, layer), st::SafetensorsDtype::BF16, {E, H}, Gen::NormalBf16, kGateSigma},
+      {hf::name(T::Gate, layer), st::SafetensorsDtype::F32, {E, H}, Gen::GateF32, kGateSigma},
       {hf::name(T::Bias, layer), st::SafetensorsDtype::F32, {E}, Gen::NormalF32, kBiasSigma},
   };
   for (int e = 0; e <= c.n_routed; ++e) {
@@ -272,6 +284,7 @@ void generate(const Item& it, uint64_t key, uint64_t begin, uint64_t n, uint8_t*
     case Gen::RowScale: row_scales(key, begin, n, reinterpret_cast<float*>(out)); break;
     case Gen::NormalBf16: normal_bf16(key, it.sigma, begin, n, reinterpret_cast<uint16_t*>(out)); break;
     case Gen::NormalF32: normal_f32(key, it.sigma, begin, n, reinterpret_cast<float*>(out)); break;
+    case Gen::GateF32: gate_f32(key, it.sigma, begin, n, reinterpret_cast<float*>(out)); break;
   }
 }
 

@@ -44,6 +44,9 @@ void e4m3_weights(uint64_t key, uint64_t begin, uint64_t n, uint8_t* out);  // M
 void row_scales(uint64_t key, uint64_t begin, uint64_t n, float* out);
 void normal_bf16(uint64_t key, double sigma, uint64_t begin, uint64_t n, uint16_t* out);
 void normal_f32(uint64_t key, double sigma, uint64_t begin, uint64_t n, float* out);
+// An F32 gate: normal_bf16's value with seeded low bits below half a bf16 ulp (its bf16 RNE is
+// normal_bf16's value again; zeros, Inf and NaN exact).
+void gate_f32(uint64_t key, double sigma, uint64_t begin, uint64_t n, float* out);
 
 // Expert shards generated on demand (thread-safe, small cache), bit-identical to what
 // write_checkpoint puts in the file and CheckpointExpertSource reads back.

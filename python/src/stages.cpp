@@ -258,6 +258,7 @@ pyb::dict router_stage(const Config& cfg, const pyb::dict& t) {
   RankWeights w;
   w.g_post = in.take<uint16_t>("g_post");
   w.w_gate = in.take<uint16_t>("w_gate");
+  if (cfg.variant.router_gate == RouterGate::f32) w.w_gate_f32 = in.take<float>("w_gate_f32");  // V1a: the gate the logits read
   w.bias = in.take<float>("bias");
   const std::vector<uint16_t> a = in.take<uint16_t>("a"), h_in = in.take<uint16_t>("h_in");
   RouterOut out;

@@ -100,6 +100,7 @@ TensorData MemStep::tensor(const std::string& path) const {
   K4_T("oproj/outputs", "h_mid", R.h_mid)
   K4_T("router/inputs", "g_post", W.g_post)
   K4_T("router/inputs", "w_gate", W.w_gate)
+  K4_T("router/inputs", "w_gate_f32", W.w_gate_f32)  // listed only under router.gate = f32 (spec_present)
   K4_T("router/inputs", "bias", W.bias)
   K4_T("router/outputs", "xn", R.router.xn)
   K4_T("router/outputs", "xn8", R.router.xn8)

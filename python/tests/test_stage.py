@@ -81,3 +81,20 @@ def test_torch_tensors_in_and_out(long_step):
     out = k4.stage.merge(long_step, rank=0, o=o)
     assert out["attn"].dtype == torch.bfloat16
     assert torch.equal(out["attn"].view(torch.int16), k4.torchx.to_torch(long_step["rank0/merge/outputs/attn"]).view(torch.int16))
+
+
+def test_router_on_the_f32_gate():
+    """router.gate = f32 (V1a): the step lists router/inputs/w_gate_f32 and k4.stage.router reads
+    it; the seed's step does not list it; the logits differ from the bf16 gate's."""
+    f32 = k4.golden("tiny", tp=2, variant="router.gate=f32,router.round_logit=false", seed=3, tokens=4)
+    seed = k4.golden("tiny", tp=2, seed=3, tokens=4)
+    assert "/rank1/router/inputs/w_gate_f32" in f32
+    assert "/rank1/router/inputs/w_gate_f32" not in seed
+    assert "/rank1/router/inputs/w_gate_f32" in list(f32)
+    out = k4.stage.router(f32, rank=1)
+    for name in OUTPUTS["router"]:
+        k4.assert_bitexact(out[name], f32[f"rank1/router/outputs/{name}"], name=f"rank1/router/outputs/{name}")
+    assert np.any(out["logit"].bits != seed["rank1/router/outputs/logit"].bits)
+    # without the F32 gate the stage cannot run the variant
+    with pytest.raises(Exception, match="w_gate_f32"):
+        k4.stage.router(config=f32.config, **{n: f32[f"rank1/router/inputs/{n}"] for n in ("a", "h_in", "g_post", "w_gate", "bias")})

@@ -2,6 +2,9 @@
 // keys (stage_router (seed:L1309-L1482)). Contract in router.hpp.
 #include "reference/stages/router.hpp"
 
+#include <stdexcept>
+#include <string>
+
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/butterfly.hpp"
 #include "reference/numerics/mx.hpp"
@@ -50,6 +53,22 @@ float gate_logit(const uint16_t* gate_row, const uint16_t* xn, const Config& cfg
   return wave_sum(lanes);
 }
 
+// Gate logit of expert e under router.gate = f32 (VARIANTS.md V1a): the same lanes, chains
+// and element pairs, the pair step two IEEE fmas on the F32 gate (the even element first).
+float gate_logit_f32(const float* gate_row, const uint16_t* xn, const Config& cfg) {
+  float lanes[kWaveLanes];
+  for (int lane = 0; lane < kWaveLanes; ++lane) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int i = 0; i < cfg.hidden / 512; ++i)
+      for (int j = 0; j < 4; ++j) {
+        const int el = (i * 64 + lane) * 8 + 2 * j;
+        acc[j] = fma_f32(gate_row[el + 1], bf16_to_f32(xn[el + 1]), fma_f32(gate_row[el], bf16_to_f32(xn[el]), acc[j]));
+      }
+    lanes[lane] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  }
+  return wave_sum(lanes);
+}
+
 }  // namespace
 
 void route_scores(RouterOut& out, const std::vector<uint16_t>& a, const std::vector<uint16_t>& h_in,
@@ -62,6 +81,10 @@ void route_scores(RouterOut& out, const std::vector<uint16_t>& a, const std::vec
   out.logit.assign(size_t(tokens) * E, 0.0f);
   out.sig.assign(size_t(tokens) * E, 0.0f);
   out.key.assign(size_t(tokens) * E, 0);
+  const bool f32_gate = cfg.variant.router_gate == RouterGate::f32;
+  if (f32_gate && w.w_gate_f32.size() != size_t(E) * HID)
+    throw std::invalid_argument("router: router.gate = f32 needs the F32 gate w_gate_f32 (" + std::to_string(size_t(E) * HID) +
+                                " elements), the weights have " + std::to_string(w.w_gate_f32.size()));
   for (int k = 0; k < tokens; ++k) {
     std::vector<float> v(HID);
     for (int i = 0; i < HID; ++i) v[i] = bf16_to_f32(a[size_t(k) * HID + i]) + bf16_to_f32(h_in[size_t(k) * HID + i]);
@@ -76,8 +99,12 @@ void route_scores(RouterOut& out, const std::vector<uint16_t>& a, const std::vec
 #pragma omp parallel for collapse(2) schedule(static)
   for (int k = 0; k < tokens; ++k)
     for (int e = 0; e < E; ++e) {
-      const float logit = gate_logit(w.w_gate.data() + size_t(e) * HID, out.xn.data() + size_t(k) * HID, cfg);
-      const float sc = rcp_approx(1.0f + exp2_approx(-bf16_round(logit) * kLog2e));  // hw_rcp (seed:L1465)
+      const uint16_t* xn = out.xn.data() + size_t(k) * HID;
+      const float logit = f32_gate ? gate_logit_f32(w.w_gate_f32.data() + size_t(e) * HID, xn, cfg)  // V1a
+                                   : gate_logit(w.w_gate.data() + size_t(e) * HID, xn, cfg);
+      // bf16_round (seed:L1465); router.round_logit = false (V1a, V1b): the f32 logit itself
+      const float x = cfg.variant.round_logit ? bf16_round(logit) : logit;
+      const float sc = rcp_approx(1.0f + exp2_approx(-x * kLog2e));
       out.logit[size_t(k) * E + e] = canon_nan(logit);
       out.sig[size_t(k) * E + e] = canon_nan(sc);
       out.key[size_t(k) * E + e] = route_key(K4_MODEL_MUTANT_ON(4) ? sc : sc + w.bias[e], e);

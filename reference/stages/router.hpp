@@ -5,6 +5,8 @@
 //   xn = bf16((v * rstd) * (f32(g) + 1)); MXFP8 per 32-block (mx.hpp).
 //   logit(e): lane L's 4 chains from 0.0, acc_j = fdot2(gate pair, xn pair, acc_j) over i (elements
 //   (i*64 + L)*8 + 2j, +1), lane value (acc0 + acc1) + (acc2 + acc3), wave_sum.
+//   Variants (docs/numerics.md §13): router.gate = f32 reads w_gate_f32 with the pair step
+//   fma(g1, x1, fma(g0, x0, acc)) (V1a); router.round_logit = false drops the bf16 rounding.
 //   sig = rcp(1 + exp2(-bf16(logit) * log2e)); key = route_key(sig + bias, e): the score's
 //   orderable bits with the low 7 replaced by 127 - e (scores in one 128-code bucket tie, the
 //   lower expert wins; a NaN score keys as the canonical +NaN, above every number).

@@ -96,6 +96,14 @@ LayerWeights random_layer(const Config& cfg, uint64_t seed) {
   for (auto& g : g_post) g = bf16_normal(shared, 0.1);
   for (auto& g : w_gate) g = bf16_normal(shared, 0.02);
   for (auto& b : bias) b = float(shared.normal() * 0.01);
+  // the F32 gate (router.gate = f32): w_gate plus low bits below half a bf16 ulp, so that its
+  // bf16 copy is w_gate (an own stream: the other draws stay as they were)
+  std::vector<float> w_gate_f32(w_gate.size());
+  Rng low(seed * 7 + 5);
+  for (size_t i = 0; i < w_gate.size(); ++i) {
+    const bool finite_nonzero = (w_gate[i] & 0x7FFF) != 0 && (w_gate[i] & 0x7F80) != 0x7F80;
+    w_gate_f32[i] = f32_from_bits((uint32_t(w_gate[i]) << 16) | (finite_nonzero ? uint32_t(low.below(0x8000)) : 0u));
+  }
   for (int r = 0; r < cfg.tp; ++r) {
     Rng rr(seed * 131 + r);
     RankWeights w;
@@ -105,6 +113,7 @@ LayerWeights random_layer(const Config& cfg, uint64_t seed) {
     for (auto& s : w.s_o) s = float(1e-3 * (0.5 + rr.uniform()));
     w.g_post = g_post;
     w.w_gate = w_gate;
+    w.w_gate_f32 = w_gate_f32;
     w.bias = bias;
     lw.ranks.push_back(std::move(w));
   }

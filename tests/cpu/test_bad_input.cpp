@@ -391,11 +391,11 @@ TEST_CASE("bad input: checkpoint tensor of the wrong dtype") {
   NEED_WORLD();
   Case c;
   std::vector<StTensor> ts = read_checkpoint(W.ckpt);
-  tensor(ts, hf::name(hf::Tensor::Gate, 0)).dtype = st::SafetensorsDtype::I16;  // same bytes, another dtype
+  tensor(ts, hf::name(hf::Tensor::Gate, 0)).dtype = st::SafetensorsDtype::I32;  // same bytes (the F32 gate), another dtype
   const std::string k = c.path("w.safetensors");
   write_checkpoint(k, ts);
   expect_bad(c.k4(ckpt_args(k, c.path("x.h5"))),
-             {"safetensors " + k, "tensor 'model.layers.0.block_sparse_moe.gate.weight' has dtype I16, expected BF16 or F32"});
+             {"safetensors " + k, "tensor 'model.layers.0.block_sparse_moe.gate.weight' has dtype I32, expected BF16 or F32"});
 }
 
 TEST_CASE("bad input: checkpoint tensor of the wrong shape") {

@@ -302,8 +302,8 @@ TEST_CASE("o_proj per rank: the deployment's PTPC rule recomputed here from the 
   CHECK(floored > 0);  // rows i % 97 == 5 are tiny: the floor binds
   CHECK(checked > 1000);
   // the gate: the F32 kept, its bf16 copy RNE
-  REQUIRE(w.gate_f32.size() == w.ranks[0].w_gate.size());
-  for (size_t i = 0; i < w.gate_f32.size(); i += 101) CHECK(w.ranks[1].w_gate[i] == bf16_bits_rne(w.gate_f32[i]));
+  REQUIRE(w.ranks[1].w_gate_f32.size() == w.ranks[1].w_gate.size());
+  for (size_t i = 0; i < w.ranks[1].w_gate_f32.size(); i += 101) CHECK(w.ranks[1].w_gate[i] == bf16_bits_rne(w.ranks[1].w_gate_f32[i]));
 }
 
 TEST_CASE("o_proj from the MXFP8 release: exact dequantization, then the PTPC rule per rank (recomputed here)") {

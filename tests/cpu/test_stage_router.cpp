@@ -8,9 +8,13 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "reference/config.hpp"
+#include "reference/numerics/bf16.hpp"
+#include "reference/numerics/policy.hpp"
 #include "reference/stages/moe.hpp"
 #include "reference/stages/router.hpp"
 #include "reference/weights.hpp"
@@ -97,6 +101,107 @@ TEST_CASE("constant gate rows: logit = sum of the row, sigmoid of bf16(logit)") 
     CHECK(std::fabs(r.sig[e] - s) <= s * ((1.0 - s) * std::fabs(lg) * 0x1p-23 + 0x1p-22));
     CHECK(r.key[e] == k4::route_key(r.sig[e] + w.bias[e], e));
   }
+}
+
+// ---- V1 (docs/numerics.md §13): router.gate = f32 and router.round_logit = false ----------
+
+// h_in = 0, a = 1024 at elements 0 and 1 (g_post 0): ss / hidden = 2 * 2^20 / 2048 = 2^10, so
+// rstd = 2^-5 exactly and xn = 32 at elements 0 and 1, +0 elsewhere (lane 0, chain 0's pair).
+struct OneHot {
+  k4::Config c = k4::preset("tiny");
+  std::vector<uint16_t> a, h;
+  k4::RankWeights w;
+  OneHot() : a(c.hidden, 0), h(c.hidden, 0), w(router_weights(c, 0.0, 0.0)) {
+    a[0] = a[1] = bf16_nearest(1024.0);
+    w.w_gate_f32.assign(size_t(c.n_routed) * c.hidden, 0.0f);
+  }
+  void gate(int e, float g0, float g1) {  // the F32 gate row and its bf16 copy
+    w.w_gate_f32[size_t(e) * c.hidden] = g0, w.w_gate_f32[size_t(e) * c.hidden + 1] = g1;
+    w.w_gate[size_t(e) * c.hidden] = k4::bf16_bits_rne(g0), w.w_gate[size_t(e) * c.hidden + 1] = k4::bf16_bits_rne(g1);
+  }
+  k4::RouterOut run(const std::string& variant) {
+    k4::Config v = c;
+    v.variant = k4::parse_variant(variant);
+    k4::RouterOut r;
+    k4::route_scores(r, a, h, w, 1, v);
+    REQUIRE(bf16(r.xn[0]) == 32.0);
+    REQUIRE(bf16(r.xn[2]) == 0.0);
+    return r;
+  }
+};
+
+float sigmoid_of(float x) { return k4::rcp_approx(1.0f + k4::exp2_approx(-x * k4::kLog2e)); }
+
+TEST_CASE("V1a one-hot: the logit is the F32 gate value times xn exactly; the seed's and V1b's its bf16 copy's") {
+  OneHot t;
+  const float g = k4::f32_from_bits(0x3DCCCCCDu);  // f32(0.1); bf16 copy 0x3DCD (0.10009765625)
+  t.gate(5, g, 0.0f);
+  const k4::RouterOut seed = t.run("seed"), v1a = t.run("router.gate=f32,router.round_logit=false"),
+                      v1b = t.run("router.round_logit=false");
+  CHECK(k4::f32_bits(v1a.logit[5]) == k4::f32_bits(g * 32.0f));  // fma(0, 0, fma(g, 32, +0)) = 32 g
+  CHECK(k4::f32_bits(seed.logit[5]) == 0x404D0000u);             // 32 * 0x3DCD0000
+  CHECK(k4::f32_bits(v1b.logit[5]) == 0x404D0000u);
+  CHECK(k4::f32_bits(v1a.sig[5]) == k4::f32_bits(sigmoid_of(g * 32.0f)));
+  CHECK(k4::f32_bits(seed.sig[5]) == k4::f32_bits(sigmoid_of(k4::f32_from_bits(0x404D0000u))));
+  CHECK(v1a.sig[5] != seed.sig[5]);
+  // V1b = seed where the logit is bf16-exact (here every logit)
+  CHECK(v1b.sig == seed.sig);
+  CHECK(v1b.key == seed.key);
+  // xn, its MXFP8 and rstd do not depend on the gate variant
+  CHECK(v1a.xn == seed.xn);
+  CHECK(v1a.xn8 == seed.xn8);
+  CHECK(v1a.xsc == seed.xsc);
+  CHECK(v1a.rstd == seed.rstd);
+}
+
+TEST_CASE("V1b: a logit that is not bf16-exact is not rounded (32 + 2^-5: the seed's sigmoid takes 32)") {
+  OneHot t;
+  t.gate(7, 1.0f, 0x1p-10f);  // bf16-exact gate: 32 * 1 + 32 * 2^-10 = 32.03125
+  const k4::RouterOut seed = t.run("seed"), v1b = t.run("router.round_logit=false"),
+                      v1a = t.run("router.gate=f32,router.round_logit=false");
+  CHECK(seed.logit[7] == 32.03125f);
+  CHECK(v1b.logit[7] == 32.03125f);
+  CHECK(k4::f32_bits(seed.sig[7]) == k4::f32_bits(sigmoid_of(32.0f)));  // bf16(32.03125) = 32
+  CHECK(k4::f32_bits(v1b.sig[7]) == k4::f32_bits(sigmoid_of(32.03125f)));
+  CHECK(v1a.sig[7] == v1b.sig[7]);  // a bf16-exact gate: V1a's operands are V1b's
+  // tie: a negative logit far enough out that the sigmoids differ in bits
+  t.gate(8, -0.125f, -0x1p-11f);  // 32 (-0.125 - 2^-11) = -4.015625, bf16 -4.0
+  const k4::RouterOut s2 = t.run("seed"), b2 = t.run("router.round_logit=false");
+  CHECK(s2.logit[8] == -4.015625f);
+  CHECK(k4::f32_bits(s2.sig[8]) == k4::f32_bits(sigmoid_of(-4.0f)));
+  CHECK(k4::f32_bits(b2.sig[8]) == k4::f32_bits(sigmoid_of(-4.015625f)));
+  CHECK(s2.sig[8] != b2.sig[8]);
+}
+
+TEST_CASE("V1a with a bf16-exact F32 gate and the logit rounded gives the seed's bits (the fma pair is the portable fdot2)") {
+  const k4::Config c = k4::preset("tiny");
+  k4::RankWeights w = router_weights(c, 0.0, 0.0);
+  uint64_t z = 12345;
+  auto next = [&] { z = z * 6364136223846793005ull + 1442695040888963407ull; return double(int64_t(z >> 40) % 2001 - 1000); };
+  for (int i = 0; i < c.hidden; ++i) w.g_post[i] = bf16_nearest(next() * 1e-4);
+  for (auto& g : w.w_gate) g = bf16_nearest(next() * 2e-5);
+  for (auto& b : w.bias) b = float(next() * 1e-5);
+  w.w_gate_f32.resize(w.w_gate.size());
+  for (size_t i = 0; i < w.w_gate.size(); ++i) w.w_gate_f32[i] = bf16(w.w_gate[i]);
+  std::vector<uint16_t> a(size_t(3) * c.hidden), h(size_t(3) * c.hidden);
+  for (auto& x : a) x = bf16_nearest(next() * 1e-3);
+  for (auto& x : h) x = bf16_nearest(next() * 1e-3);
+  k4::RouterOut seed, v1a;
+  k4::route_scores(seed, a, h, w, 3, c);
+  k4::Config f = c;
+  f.variant.router_gate = k4::RouterGate::f32;
+  k4::route_scores(v1a, a, h, w, 3, f);
+  CHECK(v1a.logit == seed.logit);
+  CHECK(v1a.key == seed.key);
+  // the F32 gate's own low bits move the logits (the fixture's planted one-bit error)
+  w.w_gate_f32[5] = k4::f32_from_bits(k4::f32_bits(w.w_gate_f32[5]) ^ 0x10000u);
+  k4::RouterOut moved;
+  k4::route_scores(moved, a, h, w, 3, f);
+  CHECK(moved.logit != seed.logit);
+  // without an F32 gate, router.gate = f32 is refused by name
+  w.w_gate_f32.clear();
+  CHECK_THROWS_WITH_AS(k4::route_scores(moved, a, h, w, 3, f), doctest::Contains("router.gate = f32 needs the F32 gate w_gate_f32"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("route keys: scores equal after dropping 7 bits tie, and the lower expert wins") {

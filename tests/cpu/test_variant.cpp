@@ -9,8 +9,10 @@
 
 #include "golden/format/schema.hpp"
 #include "reference/config.hpp"
+#include "reference/model.hpp"
 #include "reference/variant.hpp"
 #include "tests/cpu/cli_run.hpp"
+#include "tests/cpu/fixtures.hpp"
 
 using namespace k4;
 
@@ -128,6 +130,39 @@ TEST_CASE("config JSON carries every switch and round-trips each modelled varian
   CHECK(c.one_kv_scale());
 }
 
+// V1 (docs/numerics.md §13): the router's gate variants change stage 4's logits, sigmoids and
+// keys (and through them stage 5) and nothing upstream.
+TEST_CASE("router.gate = f32 / round_logit = false change the router and nothing upstream") {
+  Config c = preset("tiny", 2);
+  const LayerWeights w0 = test::random_layer(c, 5);
+  const StepInputs in = test::random_step(c, {6, {3000, 900, 0, 5000, 20, 2500}, 1, 8});
+  const StepResult seed = run_step(w0, in);
+  for (const char* spec : {"router.gate=f32,router.round_logit=false", "router.round_logit=false", "router.gate=f32"}) {
+    CAPTURE(spec);
+    LayerWeights w = w0;
+    w.cfg.variant = parse_variant(spec);
+    const StepResult v = run_step(w, in);
+    for (int r = 0; r < c.tp; ++r) {
+      const RankResult &a = seed.ranks[size_t(r)], &b = v.ranks[size_t(r)];
+      CHECK(a.index.sparse_table == b.index.sparse_table);
+      CHECK(a.split.o == b.split.o);
+      CHECK(a.merge.attn8 == b.merge.attn8);
+      CHECK(a.oproj.partial == b.oproj.partial);
+      CHECK(a.h_mid == b.h_mid);
+      CHECK(a.router.xn == b.router.xn);
+      CHECK(a.router.xn8 == b.router.xn8);
+      CHECK(a.router.xsc == b.router.xsc);
+      CHECK(a.router.rstd == b.router.rstd);
+      // the fixture's F32 gate has low bits below the bf16 copy: the logits move under f32,
+      // the sigmoids under either switch
+      if (w.cfg.variant.router_gate == RouterGate::f32) CHECK(a.router.logit != b.router.logit);
+      else CHECK(a.router.logit == b.router.logit);
+      CHECK(a.router.sig != b.router.sig);
+      CHECK(a.router.key != b.router.key);
+    }
+  }
+}
+
 TEST_CASE("k4 golden --variant; the golden's variant attribute; inspect shows it; diff refuses another variant") {
   REQUIRE_K4();
   cli::TempDir t("variant");
@@ -160,6 +195,23 @@ TEST_CASE("k4 golden --variant; the golden's variant attribute; inspect shows it
   r = cli::run(t, "golden --preset tiny --tokens 2 --context 300 --variant index.cp=on --out " + t.path("x.h5"));
   CHECK(r.rc == 2);
   CHECK(r.err.find("declared but not modelled yet: index.cp = on (VARIANTS.md V6.2)") != std::string::npos);
+  // router.gate = f32: the golden stores the F32 gate; replayed from the golden, the same bits
+  const std::string f32g = t.path("f32.h5");
+  r = cli::run(t, "golden --preset tiny --tp 2 --tokens 2 --context 3000 --variant router.gate=f32,router.round_logit=false --out " + f32g);
+  REQUIRE(r.rc == 0);
+  {
+    golden::GoldenReader g(f32g);
+    CHECK(g.config().variant.router_gate == RouterGate::f32);
+    const LayerWeights lw = g.weights();
+    REQUIRE(lw.ranks[1].w_gate_f32.size() == size_t(g.config().n_routed) * g.config().hidden);
+    const StepResult again = run_step(lw, g.inputs());
+    CHECK(again.ranks[1].router.key == g.rank_result(1).router.key);
+    CHECK(again.ranks[1].moe.partial == g.rank_result(1).moe.partial);
+  }
+  r = cli::run(t, "inspect " + f32g + " --no-stats");
+  CHECK(r.out.find("/rank0/router/inputs/w_gate_f32") != std::string::npos);
+  r = cli::run(t, "inspect " + seed + " --no-stats");
+  CHECK(r.out.find("w_gate_f32") == std::string::npos);  // the seed's golden has no F32 gate
   r = cli::run(t, "golden --help");
   CHECK(r.out.find("moe.wide_down_order=flat|per_expert") != std::string::npos);
   CHECK(r.out.find("aiter  = seed,router.gate=f32,router.round_logit=false,moe.wide_live_rows=exclude_pad") != std::string::npos);

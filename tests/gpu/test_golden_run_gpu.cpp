@@ -76,6 +76,11 @@ std::vector<GoldenCase> golden_cases() {
   add("a NaN in w_o", "tiny", 2, 3, {"short"}).inject.nan_weight = "w_o";
   add("a NaN in w_gate", "tiny", 1, 3, {"medium"}).inject.nan_weight = "w_gate";
   add("NaN K and V codes a row reads", "tiny", 2, 4, {"short", "long", "medium", "short"}).inject.nan_kv_rows = {1};
+  add("every rank selects a different set", "tiny", 4, 5, {"medium", "long", "2500"}).rank_scores = "distinct";
+  add("router.gate f32, logits unrounded (V1)", "tiny", 2, 6, {"medium", "short", "long"});
+  v.back().variant = "router.gate=f32,router.round_logit=false";
+  add("logits unrounded (V1b)", "tiny", 2, 3, {"medium"});
+  v.back().variant = "router.round_logit=false";
   v.push_back(v[0]);
   v.back().name = "selected KV form";
   v.back().kv_form = "selected";

@@ -625,6 +625,32 @@ TEST_CASE("paths variants") {
   }
 }
 
+// The router's gate variants (docs/numerics.md §13, V1): the F32 gate with fma pairs, and the
+// unrounded logit, on the device bit for bit; the fixture's F32 gate has low bits below its
+// bf16 copy, so a kernel that read the bf16 gate (or rounded the logit) fails here.
+TEST_CASE("router variants") {
+  for (const char* spec : {"router.gate=f32,router.round_logit=false", "router.round_logit=false"}) {
+    for (int tp : {1, 2}) {
+      Config cfg = preset("tiny", tp);
+      cfg.variant = parse_variant(spec);
+      const LayerWeights lw = test::random_layer(cfg, 1500 + tp);
+      gpu::Runner runner(lw);
+      for (int S : {3, 6}) {
+        const StepInputs in = test::random_step(cfg, {S, contexts("mixed", S, 90 + S + tp), 1, uint64_t(S * 17 + tp)});
+        CHECK(check_step(runner, lw, in, std::string("router variant ") + spec + " tiny tp" + std::to_string(tp) + " S=" + std::to_string(S)));
+      }
+      // the stage twin on the reference's inputs
+      const StepInputs in = test::random_step(cfg, {4, contexts("medium", 4, 7), 1, 11});
+      const StepResult ref = run_step(lw, in);
+      RouterOut d;
+      gpu::route_scores(d, ref.ranks[0].a, in.shared.h_in, lw.ranks[0], 4, cfg);
+      CHECK(d.logit == ref.ranks[0].router.logit);
+      CHECK(d.sig == ref.ranks[0].router.sig);
+      CHECK(d.key == ref.ranks[0].router.key);
+    }
+  }
+}
+
 // The stage twins (k4::gpu::select_blocks, ...: the replay entry points) on the reference's
 // own inputs reproduce each reference stage's outputs.
 TEST_CASE("stage twins") {

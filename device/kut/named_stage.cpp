@@ -158,6 +158,7 @@ void run_named_stage(const StageFns& fns, const std::string& stage, const Config
     RankWeights w;
     w.g_post = take<uint16_t>(in, stage, "g_post");
     w.w_gate = take<uint16_t>(in, stage, "w_gate");
+    if (cfg.variant.router_gate == RouterGate::f32) w.w_gate_f32 = take<float>(in, stage, "w_gate_f32");  // V1a
     w.bias = take<float>(in, stage, "bias");
     RouterOut o;
     fns.route_scores(o, take<uint16_t>(in, stage, "a"), take<uint16_t>(in, stage, "h_in"), w, S, cfg);

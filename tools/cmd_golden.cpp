@@ -198,6 +198,9 @@ int write_step_golden(const Opt& o, Step& st, std::chrono::steady_clock::time_po
     if (st.cfg.variant.shared_fp8)
       throw std::invalid_argument("--weights-file with moe.shared_fp8 = on: a weights file does not hold the MXFP8 shared "
                                   "expert apart from the MXFP4 tables yet (leave out --weights-file)");
+    if (st.cfg.variant.router_gate == RouterGate::f32)
+      throw std::invalid_argument("--weights-file with router.gate = f32: a weights file holds the bf16 router gate, not the "
+                                  "F32 gate this variant reads (leave out --weights-file)");
     if (std::filesystem::exists(o.weights_file)) {  // reused: its weights, checked whole first
       const golden::WeightsFile wf(o.weights_file);
       wf.require_matches(st.cfg, src);

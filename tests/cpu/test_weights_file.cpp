@@ -203,6 +203,11 @@ TEST_CASE("--weights-file: a golden moved without it, a replaced or changed weig
                {"--weights-file: the scenario's weight injections"});
     CHECK(!fs::exists(t.path("n.h5")));
   }
+  SUBCASE("the F32 router gate") {
+    expect_bad(cli::run(t, golden_cmd(t.path("n.h5"), 2, "--variant router.gate=f32 --weights-file " + wf)),
+               {"--weights-file with router.gate = f32: a weights file holds the bf16 router gate"});
+    CHECK(!fs::exists(t.path("n.h5")));
+  }
 }
 
 }  // TEST_SUITE bad_input

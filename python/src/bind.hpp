@@ -54,6 +54,9 @@ struct Weights {
   std::string weight_prep;           // a checkpoint's: plan_layer's prep_json (the golden's weight_prep)
 };
 
+// k4.Weights.from_tensors (weights.cpp): a layer from per-rank tensors by schema name.
+Weights weights_from_tensors(const Config& cfg, const pyb::dict& tensors, const std::string& source, uint64_t seed);
+
 struct Inputs {
   std::shared_ptr<const StepInputs> in;
   Config cfg;                                  // the config after the scenario's overrides

@@ -321,6 +321,13 @@ void bind_config(pyb::module_& m) {
                   "its config.json gives the shape, a config given must agree and gives the variant; layer -1 = the "
                   "first K4 layer), a directory of shards or one file (then config is required, layer -1 = 0); "
                   "mx_scale even / floor for BF16 experts.")
+      .def_static("from_tensors", &weights_from_tensors, pyb::arg("config"), pyb::arg("tensors"), pyb::arg("source") = "tensors",
+                  pyb::arg("seed") = 0,
+                  "A layer from per-rank tensors by schema name ({'rank0/oproj/inputs/w_o': bits, ...}: w_o, s_o, g_post, "
+                  "w_gate, bias, expert_ids and the expert stacks w13, s13, w2, s2 of every rank; sh_w13 .. sh_s2 under "
+                  "moe.shared_fp8), each checked against the schema's dtype and shape (a float32 array where bf16 is "
+                  "expected is refused; f32 tensors may be float32 values); source and seed are what a golden saved from "
+                  "them records as its weights (attributes weights, seeds).")
       .def_readonly("layer", &Weights::layer)
       .def_readonly("weight_prep", &Weights::weight_prep)
       .def_property_readonly("config", [](const Weights& w) { return w.w->cfg; })

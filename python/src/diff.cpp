@@ -124,11 +124,12 @@ class DumpWriter {
     if (rank < 0) throw std::invalid_argument(what + ": a dump holds stage tensors of ranks (rankR/STAGE/...)");
     if (rank >= cfg_.tp) throw std::invalid_argument(what + ": rank " + std::to_string(rank) + " is outside 0.." + std::to_string(cfg_.tp - 1));
     if (s.link[0] != '\0') throw std::invalid_argument(what + ": a link to " + std::string(s.link) + " in the schema; add that tensor");
-    if (!dtype.empty() && dtype != golden::dtype_name(s.dtype))
-      throw std::invalid_argument(what + ": the schema's dtype is " + golden::dtype_name(s.dtype) + ", got a " + dtype + " tensor");
+    const DType want_dt = golden::spec_dtype(s, cfg_);  // the config's (moe.experts = mxfp8: E4M3 w13 / w2)
+    if (!dtype.empty() && dtype != golden::dtype_name(want_dt))
+      throw std::invalid_argument(what + ": the schema's dtype is " + golden::dtype_name(want_dt) + ", got a " + dtype + " tensor");
     TensorData t;
-    t.dtype = s.dtype;
-    t.bytes = bits_of(a, s.dtype, what);
+    t.dtype = want_dt;
+    t.bytes = bits_of(a, want_dt, what);
     for (pyb::ssize_t i = 0; i < a.ndim(); ++i) t.shape.push_back(uint64_t(a.shape(i)));
     golden::DimSizes d;
     d.cfg = cfg_;
@@ -201,9 +202,9 @@ class DumpWriter {
         if (it == tensors_.end()) continue;
         const TensorData& t = it->second;
         const h5::Group& dst = groups[g.substr(st.size() + 1) == "inputs" ? 0 : 1];
-        h5::Dataset ds = dst.create_dataset(s.name, golden::stored_elem(s.dtype), t.shape);
-        ds.write_raw(t.bytes.data(), golden::stored_elem(s.dtype));
-        ds.set_attr("dtype", golden::dtype_name(s.dtype));
+        h5::Dataset ds = dst.create_dataset(s.name, golden::stored_elem(t.dtype), t.shape);
+        ds.write_raw(t.bytes.data(), golden::stored_elem(t.dtype));
+        ds.set_attr("dtype", golden::dtype_name(t.dtype));
         ds.set_attr("dims", t.dims);
         ds.set_attr("meaning", s.meaning);
       }

@@ -16,20 +16,24 @@ namespace {
 template <class T>
 TensorData tensor_of(const golden::TensorSpec& s, const golden::DimSizes& dims, const std::vector<T>& v) {
   TensorData t;
-  t.dtype = s.dtype;
+  t.dtype = dims.dtype_of(s);  // the config's: w13 / w2 are E4M3 under moe.experts = mxfp8
   t.dims = dims.dims_of(s.dims);
   t.shape = dims.shape(s.dims);
   uint64_t n = 1;
   for (uint64_t x : t.shape) n *= x;
-  if (sizeof(T) != golden::dtype_bytes(s.dtype) || v.size() != n)
+  if (sizeof(T) != golden::dtype_bytes(t.dtype) || v.size() != n)
     throw std::logic_error(std::string("k4: in-memory tensor ") + s.group + "/" + s.name + " does not fill its schema shape");
   t.bytes.resize(v.size() * sizeof(T));
   if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
   return t;
 }
 
-std::vector<int32_t> used_experts(const RouteOut& route) {
+// The experts a rank's route uses, ascending, as the golden writer stores them
+// (golden/format/writer.cpp used_experts): under moe.shared_fp8 the MXFP8 shared expert is
+// stored apart (sh_w13 .. sh_s2), not in the stacks.
+std::vector<int32_t> used_experts(const RouteOut& route, const Config& c) {
   std::set<int32_t> ids(route.ids.begin(), route.ids.end());
+  if (c.variant.shared_fp8) ids.erase(c.shared_expert());
   return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
@@ -72,7 +76,7 @@ TensorData MemStep::tensor(const std::string& path) const {
   const StepRank& I = in->ranks.at(size_t(rank));
   const RankWeights& W = w->ranks.at(size_t(rank));
   d.pages = I.n_pages;  // in memory the caches are whole
-  const std::vector<int32_t> ids = used_experts(R.route);
+  const std::vector<int32_t> ids = used_experts(R.route, c);
   d.used_experts = int(ids.size());
 #define K4_T(group, name, expr) \
   if (g == group && n == name) return tensor_of(s, d, expr);
@@ -114,6 +118,13 @@ TensorData MemStep::tensor(const std::string& path) const {
   K4_T("moe/inputs", "s13", stacked(*w, rank, ids, &ExpertWeights::s13))
   K4_T("moe/inputs", "w2", stacked(*w, rank, ids, &ExpertWeights::w2))
   K4_T("moe/inputs", "s2", stacked(*w, rank, ids, &ExpertWeights::s2))
+  if (c.variant.shared_fp8) {  // V6.1: the MXFP8 shared expert's own tables
+    const std::vector<int32_t> sh = {c.shared_expert()};
+    K4_T("moe/inputs", "sh_w13", stacked(*w, rank, sh, &ExpertWeights::w13))
+    K4_T("moe/inputs", "sh_s13", stacked(*w, rank, sh, &ExpertWeights::s13))
+    K4_T("moe/inputs", "sh_w2", stacked(*w, rank, sh, &ExpertWeights::w2))
+    K4_T("moe/inputs", "sh_s2", stacked(*w, rank, sh, &ExpertWeights::s2))
+  }
   K4_T("moe/outputs", "route_ids", R.route.ids)
   K4_T("moe/outputs", "route_weights", R.route.weights)
   K4_T("moe/outputs", "gate", R.moe.gate)
@@ -181,15 +192,16 @@ TensorData FileStep::tensor(const std::string& path) const {
   golden::RawTensor raw;
   std::string why;
   std::lock_guard<std::mutex> lock(hdf5_lock());
-  const auto st = reader->read(canon, s.dtype, {}, raw, why);
+  const DType want = golden::spec_dtype(s, cfg);  // the file's config's (moe.experts = mxfp8: E4M3 w13 / w2)
+  const auto st = reader->read(canon, want, {}, raw, why);
   if (st != golden::TensorDiff::Status::Match) throw golden::FormatError(reader->path() + ": " + canon + ": " + why);
   TensorData t;
-  t.dtype = s.dtype;
+  t.dtype = want;
   std::string dims;
   for (const std::string& x : raw.dims) dims += (dims.empty() ? "" : ",") + x;
   t.dims = dims;
   t.shape = raw.shape;
-  const size_t w = golden::dtype_bytes(s.dtype);
+  const size_t w = golden::dtype_bytes(t.dtype);
   t.bytes.resize(raw.bits.size() * w);
   for (size_t i = 0; i < raw.bits.size(); ++i) std::memcpy(t.bytes.data() + i * w, &raw.bits[i], w);  // little-endian
   return t;

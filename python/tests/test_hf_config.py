@@ -120,3 +120,30 @@ def test_a_config_that_disagrees_and_a_missing_file(release, tmp_path, k4_bin):
     with pytest.raises(ValueError, match="is not valid JSON|not JSON"):
         (tmp_path / "bad.json").write_text("{")
         k4.Config.from_hf_config(tmp_path / "bad.json")
+
+
+def test_the_mxfp8_release_under_its_variant(tmp_path_factory, tmp_path, k4_bin):
+    """MiniMax-M3-MXFP8's layout: refused by the seed build with the CLI's message, read as
+    stored under moe.experts = mxfp8, the CLI's bytes."""
+    d = tmp_path_factory.mktemp("ckpt8") / "mxfp8"
+    r = cli(k4_bin, "synth", "--layout", "mxfp8", "--size", "small", "--out", d)
+    assert r.returncode == 0, r.stderr
+    r = cli(k4_bin, "golden", "--checkpoint", d, "--tokens", 2, "--out", tmp_path / "x.h5")
+    assert r.returncode == 2
+    with pytest.raises(ValueError) as e:
+        k4.Weights.from_checkpoint(d)
+    assert str(e.value) in r.stderr and "moe.experts=mxfp8" in str(e.value)
+    k4.golden(checkpoint=d, variant="moe.experts=mxfp8", seed=2, tokens=2, context="1000,short").save(tmp_path / "py.h5")
+    r = cli(k4_bin, "golden", "--checkpoint", d, "--variant", "moe.experts=mxfp8", "--seed", 2, "--tokens", 2,
+            "--context", "1000,short", "--out", tmp_path / "cli.h5")
+    assert r.returncode == 0, r.stderr
+    assert subprocess.run(["cmp", tmp_path / "py.h5", tmp_path / "cli.h5"]).returncode == 0
+    w = k4.Weights.from_checkpoint(d, _with_variant(k4.Config.from_hf_config(d), "moe.experts=mxfp8"))
+    assert "mxfp8-stored" in w.weight_prep and w.config.variant == k4.golden(
+        checkpoint=d, variant="moe.experts=mxfp8", tokens=1).config.variant
+
+
+def _with_variant(cfg, v):
+    cfg.variant = v
+    cfg.validate()
+    return cfg

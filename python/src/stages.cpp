@@ -315,6 +315,12 @@ pyb::dict moe_stage(const Config& cfg, const pyb::dict& t, int rank, const pyb::
     slice(w13, e->w13), slice(s13, e->s13), slice(w2, e->w2), slice(s2, e->s2);
     src.by_id[ids[i]] = e;
   }
+  if (cfg.variant.shared_fp8) {  // V6.1: the MXFP8 shared expert's own tables (sh_w13 .. sh_s2), as the golden stores it
+    auto e = std::make_shared<ExpertWeights>();
+    e->w13 = in.take<uint8_t>("sh_w13"), e->s13 = in.take<uint8_t>("sh_s13");
+    e->w2 = in.take<uint8_t>("sh_w2"), e->s2 = in.take<uint8_t>("sh_s2");
+    src.by_id[cfg.shared_expert()] = e;
+  }
   RouteOut route;
   MoeOut out;
   {

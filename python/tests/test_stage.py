@@ -98,3 +98,15 @@ def test_router_on_the_f32_gate():
     # without the F32 gate the stage cannot run the variant
     with pytest.raises(Exception, match="w_gate_f32"):
         k4.stage.router(config=f32.config, **{n: f32[f"rank1/router/inputs/{n}"] for n in ("a", "h_in", "g_post", "w_gate", "bias")})
+
+
+@pytest.mark.parametrize("variant", ["moe.shared_fp8=on", "moe.experts=mxfp8"])
+def test_moe_on_the_mxfp8_tables(variant, tmp_path):
+    """moe.shared_fp8 (the shared expert from sh_w13 .. sh_s2) and moe.experts = mxfp8 (E4M3
+    w13 / w2): k4.stage.moe reproduces the golden's stage, in memory and from the file."""
+    step = k4.golden("tiny", tp=2, variant=variant, seed=4, tokens=4, context="1000,short,300,2000")
+    f = k4.open(step.save(tmp_path / "g.h5"))
+    for src in (step, f):
+        out = k4.stage.moe(src, rank=1)
+        for name in OUTPUTS["moe"]:
+            k4.assert_bitexact(out[name], step[f"rank1/moe/outputs/{name}"], name=f"rank1/moe/outputs/{name}")

@@ -113,7 +113,7 @@ struct LogitBody {
       const int e = task * per_task + w;
       const float logit = wave_sum(lanes + w * kWaveLanes);
       const float x = K4_MUTANT_ON(44) ? logit : cfg.round_logit ? bf16_round(logit) : logit;  // bf16_round (seed:L1465); V1b: unrounded
-      const float sc = rcp_approx(1.0f + exp2_approx(-x * kLog2e));  // hw_rcp (seed:L1465)
+      const float sc = sigmoid_approx(x);  // hw_rcp (seed:L1465)
       a.logit[tk * E + e] = canon_nan(logit);
       a.sig[tk * E + e] = canon_nan(sc);
       const float biased = K4_MUTANT_ON(49) ? sigmoid_approx(x + a.bias[size_t(r) * E + e]) : sc + a.bias[size_t(r) * E + e];

@@ -11,11 +11,6 @@
 
 namespace k4 {
 
-struct Bf16 {
-  uint16_t bits = 0;
-  K4_HD static Bf16 from_bits(uint16_t b) { Bf16 v; v.bits = b; return v; }
-};
-
 K4_HD uint16_t bf16_bits_rne(float f) {
   uint32_t u = f32_bits(f);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u;  // canonical NaN
@@ -23,8 +18,6 @@ K4_HD uint16_t bf16_bits_rne(float f) {
   return uint16_t(u >> 16);
 }
 K4_HD float bf16_to_f32(uint16_t b) { return f32_from_bits(uint32_t(b) << 16); }
-K4_HD Bf16 to_bf16(float f) { return Bf16::from_bits(bf16_bits_rne(f)); }
-K4_HD float to_f32(Bf16 b) { return bf16_to_f32(b.bits); }
 // The seed's bf16_round: the f32 value of the nearest bf16.
 K4_HD float bf16_round(float f) { return bf16_to_f32(bf16_bits_rne(f)); }
 

@@ -5,11 +5,6 @@
 
 namespace k4 {
 
-struct E2M1 {
-  uint8_t bits = 0;  // low nibble only
-  K4_HD static E2M1 from_bits(uint8_t b) { E2M1 v; v.bits = uint8_t(b & 0xFu); return v; }
-};
-
 // value * 2 as an exact integer in [-12, 12]: the block-exact dots' operand.
 K4_HD int32_t e2m1_to_int_x2(uint8_t nib) {
   const uint32_t e = (nib >> 1) & 3u, m = nib & 1u;
@@ -21,7 +16,6 @@ K4_HD float e2m1_to_f32(uint8_t nib) {
   const float mag = float(e2m1_to_int_x2(nib & 7u)) * 0.5f;
   return (nib & 8u) ? -mag : mag;
 }
-K4_HD float to_f32(E2M1 v) { return e2m1_to_f32(v.bits); }
 
 K4_HD uint8_t fp4_lo(uint8_t byte) { return uint8_t(byte & 0xFu); }  // element 2i
 K4_HD uint8_t fp4_hi(uint8_t byte) { return uint8_t(byte >> 4); }    // element 2i + 1

@@ -13,11 +13,6 @@
 
 namespace k4 {
 
-struct E4M3 {
-  uint8_t bits = 0;
-  K4_HD static E4M3 from_bits(uint8_t b) { E4M3 v; v.bits = b; return v; }
-};
-
 enum class Fp8Overflow { Saturate, NoSaturate };
 
 constexpr float kFp8Max = 448.0f;
@@ -75,9 +70,6 @@ K4_HD uint8_t e4m3_bits(float x, Fp8Overflow rule) {
   if (r < 8u) return uint8_t(sign | r);  // subnormal (te == -6) or zero
   return uint8_t(sign | (uint32_t(ef) << 3) | (r - 8u));
 }
-
-K4_HD E4M3 to_e4m3(float x, Fp8Overflow rule) { return E4M3::from_bits(e4m3_bits(x, rule)); }
-K4_HD float to_f32(E4M3 v) { return e4m3_to_f32(v.bits); }
 
 // The seed's fp8_pack4 (NoSaturate): four f32 -> one word, element 0 in the low byte.
 K4_HD uint32_t fp8_pack4(float a, float b, float c, float d, Fp8Overflow rule = Fp8Overflow::NoSaturate) {

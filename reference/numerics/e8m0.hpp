@@ -4,11 +4,6 @@
 
 namespace k4 {
 
-struct E8M0 {
-  uint8_t bits = 127;
-  K4_HD static E8M0 from_bits(uint8_t b) { E8M0 v; v.bits = b; return v; }
-};
-
 K4_HD bool e8m0_is_nan(uint8_t b) { return b == 0xFFu; }
 
 // 2^(b-127) as f32: b = 0 is the f32 subnormal 2^-127; 0xFF is NaN.
@@ -17,6 +12,5 @@ K4_HD float e8m0_to_f32(uint8_t b) {
   if (b == 0u) return f32_from_bits(0x00400000u);
   return f32_from_bits(uint32_t(b) << 23);
 }
-K4_HD float to_f32(E8M0 v) { return e8m0_to_f32(v.bits); }
 
 }  // namespace k4

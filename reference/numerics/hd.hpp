@@ -25,11 +25,6 @@ K4_HD float f32_from_bits(uint32_t u) {
   __builtin_memcpy(&f, &u, 4);
   return f;
 }
-K4_HD uint64_t f64_bits(double d) {
-  uint64_t u;
-  __builtin_memcpy(&u, &d, 8);
-  return u;
-}
 K4_HD double f64_from_bits(uint64_t u) {
   double d;
   __builtin_memcpy(&d, &u, 8);

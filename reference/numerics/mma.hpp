@@ -58,13 +58,16 @@ K4_HD float block_dot_e2m1_e4m3(const uint8_t* w16, const uint8_t* x) {
   return nan ? f32_from_bits(kCanonicalNan) : round_block_sum(s, 10);
 }
 
-// The same block sums from operands already decoded to integers (E4M3 x 2^9, E2M1 x 2):
-// the model's fast path; equal to the byte forms above by construction (same exact sum,
-// same one rounding). any_nan: an element of either operand was NaN.
+// The same block sums from operands already decoded to integers (E4M3 x 2^9, E2M1 x 2), as
+// the model and the kernels compute them; equal to the byte forms above by construction (same
+// exact sum, same one rounding). any_nan: an element of either operand was NaN. Acc: int64_t
+// holds every block (E4M3 x E4M3 below 2^41); int32_t holds E2M1 x E4M3 (below 2^27) and
+// vectorizes twice as wide on the host.
+template <typename Acc = int64_t>
 K4_HD float block_dot_ints(const int32_t* a, const int32_t* b, bool any_nan, int frac_bits) {
-  int64_t s = 0;
-  for (int i = 0; i < kBlockK; ++i) s += int64_t(a[i]) * int64_t(b[i]);
-  return any_nan ? f32_from_bits(kCanonicalNan) : round_block_sum(s, frac_bits);
+  Acc s = 0;
+  for (int i = 0; i < kBlockK; ++i) s += Acc(a[i]) * Acc(b[i]);
+  return any_nan ? f32_from_bits(kCanonicalNan) : round_block_sum(int64_t(s), frac_bits);
 }
 
 // mfma_f32_16x16x32_fp8_fp8: one block, unscaled.

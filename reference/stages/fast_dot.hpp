@@ -1,39 +1,17 @@
-// fast_dot.hpp -- the model's fast path for the block-exact dots of numerics/mma.hpp.
+// fast_dot.hpp -- the model's fast decodes of the block-exact dots' operands.
 //
-// Same definition, other arithmetic: every E4M3 x E4M3 product is an integer times 2^-18
-// below 2^36 and every E2M1 x E4M3 product an integer times 2^-10, so a 32-block's partial
-// sums are integers below 2^53 in those units: exact in double (or int32 for E2M1 x E4M3),
-// in any order. The one rounding to f32 is then the same as round_block_sum's. Host-only;
-// tests/cpu/test_fast_dot.cpp checks equality with mma.hpp on random and adversarial blocks.
+// The block dots themselves are reference/numerics/mma.hpp's block_dot_ints, which the
+// kernels call too; these decode whole rows of E2M1 / E4M3 codes to its integer operands
+// without branches, so that the compiler vectorizes them. Host-only;
+// tests/cpu/test_fast_dot.cpp checks them against the formats' decodes for every code and
+// the dots on them against mma.hpp's byte forms.
 #pragma once
-#include <array>
 #include <cstdint>
 
 #include "reference/numerics/e2m1.hpp"
 #include "reference/numerics/e4m3.hpp"
-#include "reference/numerics/mma.hpp"
 
 namespace k4 {
-
-// E4M3 byte -> exact value as double (NaN stays NaN and poisons the block, as specified).
-struct E4m3Doubles {
-  std::array<double, 256> v;
-  E4m3Doubles() {
-    for (int b = 0; b < 256; ++b) v[b] = double(e4m3_to_f32(uint8_t(b)));
-  }
-};
-inline const E4m3Doubles& e4m3_doubles() {
-  static const E4m3Doubles t;
-  return t;
-}
-
-// Sum of 32 exact products in double: four independent chains, exact in any order.
-inline float block_dot_f64(const double* a, const double* b) {
-  double s[4] = {0, 0, 0, 0};
-  for (int i = 0; i < kBlockK; i += 4)
-    for (int j = 0; j < 4; ++j) s[j] += a[i + j] * b[i + j];
-  return float((s[0] + s[1]) + (s[2] + s[3]));
-}
 
 // Branch-free decodes that the compiler vectorizes (same integers as e2m1_to_int_x2 and
 // e4m3_to_int_x512; NaN E4M3 codes decode to their bit pattern's magnitude and are flagged
@@ -56,19 +34,6 @@ inline int32_t e4m3_x512_branchless(uint32_t b) {
 }
 inline void decode_e4m3_row_fast(int32_t* __restrict out, const uint8_t* __restrict x, int n) {
   for (int i = 0; i < n; ++i) out[i] = e4m3_x512_branchless(x[i]);
-}
-// E4M3 x E4M3 block through int64 (products < 2^36, sum < 2^41).
-inline float block_dot_i64(const int32_t* a, const int32_t* b, bool any_nan) {
-  int64_t s = 0;
-  for (int i = 0; i < kBlockK; ++i) s += int64_t(a[i]) * int64_t(b[i]);
-  return any_nan ? f32_from_bits(kCanonicalNan) : round_block_sum(s, 18);
-}
-
-// E2M1 x E4M3 through integers: w as value*2 (int8 range), x as value*2^9; |sum| < 2^27.
-inline float block_dot_i32(const int32_t* w2x, const int32_t* x512, bool any_nan) {
-  int32_t s = 0;
-  for (int i = 0; i < kBlockK; ++i) s += w2x[i] * x512[i];
-  return any_nan ? f32_from_bits(kCanonicalNan) : round_block_sum(s, 10);
 }
 
 }  // namespace k4

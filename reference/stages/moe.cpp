@@ -12,6 +12,7 @@
 
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/e8m0.hpp"
+#include "reference/numerics/mma.hpp"
 #include "reference/numerics/mx.hpp"
 #include "reference/numerics/policy.hpp"
 #include "reference/stages/fast_dot.hpp"
@@ -90,8 +91,8 @@ float mfma_chain(const WeightRow& w, const uint8_t* sa, const int32_t* x, const 
   float c = 0.0f;
   for (int b = b0; b < b1; ++b) {
     const bool nan = xnan[b] != 0 || w.nan[size_t(b)] != 0;
-    const float blk = w.frac == 10 ? block_dot_i32(w.v.data() + b * kBlockK, x + b * kBlockK, nan)
-                                   : block_dot_i64(w.v.data() + b * kBlockK, x + b * kBlockK, nan);
+    const float blk = w.frac == 10 ? block_dot_ints<int32_t>(w.v.data() + b * kBlockK, x + b * kBlockK, nan, 10)
+                                   : block_dot_ints(w.v.data() + b * kBlockK, x + b * kBlockK, nan, 18);
     c = c + scale_block(blk, sa[b], sb[b]);
   }
   return c;

@@ -3,6 +3,7 @@
 #include "reference/stages/oproj.hpp"
 
 #include "reference/numerics/bf16.hpp"
+#include "reference/numerics/mma.hpp"
 #include "reference/stages/fast_dot.hpp"
 
 namespace k4 {
@@ -37,7 +38,7 @@ void o_proj_partials(OprojOut& out, const MergeOut& mg, const RankWeights& w, in
       for (int q = 0; q < 4; ++q) {
         float c = 0.0f;  // the wave's MFMA chain: 16x16x128 unit-scale, blocks in k order
         for (int b = q * quarter_blocks; b < (q + 1) * quarter_blocks; ++b)
-          c = c + block_dot_i64(&wr[b * kBlockK], xk + b * kBlockK, wnan[b] | nk[b]);
+          c = c + block_dot_ints(&wr[b * kBlockK], xk + b * kBlockK, wnan[b] | nk[b], 18);
         tot = tot + c;  // grp (seed:L1073-L1080): the 4 waves of the row group, from 0
       }
       out.partial[size_t(k) * HID + r] = bf16_bits_rne((tot * mg.x_scale[k]) * w.s_o[r]);

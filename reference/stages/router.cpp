@@ -104,7 +104,7 @@ void route_scores(RouterOut& out, const std::vector<uint16_t>& a, const std::vec
                                    : gate_logit(w.w_gate.data() + size_t(e) * HID, xn, cfg);
       // bf16_round (seed:L1465); router.round_logit = false (V1a, V1b): the f32 logit itself
       const float x = cfg.variant.round_logit ? bf16_round(logit) : logit;
-      const float sc = rcp_approx(1.0f + exp2_approx(-x * kLog2e));
+      const float sc = sigmoid_approx(x);  // hw_rcp (seed:L1465)
       out.logit[size_t(k) * E + e] = canon_nan(logit);
       out.sig[size_t(k) * E + e] = canon_nan(sc);
       out.key[size_t(k) * E + e] = route_key(K4_MODEL_MUTANT_ON(4) ? sc : sc + w.bias[e], e);

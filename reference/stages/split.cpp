@@ -64,7 +64,7 @@ void tile_scores(float (*sc)[kSplitKeys], const StepRank& rk, const Tile& tl, co
     for (int h = 0; h < kHeads; ++h) {
       float c = 0.0f;
       for (int s = 0; s < kHeadDim / kBlockK; ++s)
-        c = c + block_dot_i64(qh[h].v + s * kBlockK, kk.v + s * kBlockK, qh[h].nan[s] | kk.nan[s]);
+        c = c + block_dot_ints(qh[h].v + s * kBlockK, kk.v + s * kBlockK, qh[h].nan[s] | kk.nan[s], 18);
       sc[h][kp] = tl.valid[kp] ? qk * c : kNegScore;
     }
   }
@@ -136,7 +136,7 @@ void tile_pv(float (*acc)[kHeadDim], const StepRank& rk, const Tile& tl, const u
       Fp8Vec ph;
       ph.load(&p8[h][w * kWaveKeys], kWaveKeys);
       for (int d = 0; d < kHeadDim; ++d) {
-        const float part = 0.0f + block_dot_i64(ph.v, vd[d].v, ph.nan[0] | vd[d].nan[0]);
+        const float part = 0.0f + block_dot_ints(ph.v, vd[d].v, ph.nan[0] | vd[d].nan[0], 18);
         acc[h][d] = w == 0 ? part : acc[h][d] + part;
       }
     }

@@ -103,6 +103,49 @@ __device__ inline void a_pq(uint32_t w_lo, uint32_t w_hi, FragA& P, FragA& Q) {
   e2m1_pq4(w_hi >> 16, P.r[3], Q.r[3]);
 }
 
+// Block b's B fragments of the NG column groups, 3 limbs each (e4m3_limbs' layout: 24 words a
+// block from the group's lane pointer src[grp]); a group past the uses (nullptr) reads zeros.
+template <int NG>
+__device__ inline void load_b(FragB (&B)[NG][3], const uint32_t* const (&src)[NG], int b) {
+  for (int grp = 0; grp < NG; ++grp)
+    for (int m = 0; m < 3; ++m) {
+      if (src[grp] != nullptr) {
+        const uint2 v = *reinterpret_cast<const uint2*>(src[grp] + size_t(b) * 24 + m * 8);
+        B[grp][m].r[0] = v.x, B[grp][m].r[1] = v.y;
+      } else {
+        B[grp][m].r[0] = 0, B[grp][m].r[1] = 0;
+      }
+    }
+}
+
+// Block b (word j of each lane's 16-byte loads) of one 16 x 32 E2M1 tile, rows g and g + 8 in
+// w_lo / w_hi with their scales in byte j of s_lo / s_hi, against the NG column groups' B:
+// the exact sum S = D0 + 2^7 D1 + 2^14 D2 of the three limbs (P and Q into one accumulator),
+// the model's block value, and each lane's chains c[grp][i] = c[grp][i] + value. fb / sb: the
+// columns' B factors and scales, `stride` blocks a column. fast_up_gate's tiles and
+// fast_down_units' share it.
+template <int NG>
+__device__ inline void tile_block(float (&c)[NG][4], const uint4& w_lo, const uint4& w_hi, uint32_t s_lo, uint32_t s_hi, int j,
+                                  const FragB (&B)[NG][3], const float* fb, const uint8_t* sb, int stride, int b, int t) {
+  FragA P, Q;
+  a_pq(word_of(w_lo, j), word_of(w_hi, j), P, Q);
+  const uint8_t sa0 = uint8_t(s_lo >> (8 * j)), sa1 = uint8_t(s_hi >> (8 * j));
+K4_FAST_UNROLL
+  for (int grp = 0; grp < NG; ++grp) {
+    FragC D[3] = {};
+    for (int m = 0; m < 3; ++m) {
+      mma_s8(D[m], P, B[grp][m]);
+      mma_s8(D[m], Q, B[grp][m]);
+    }
+    for (int i = 0; i < 4; ++i) {
+      const int col = grp * 8 + 2 * t + (i % 2);
+      const int32_t Ssum = D[0].r[i] + 128 * D[1].r[i] + 16384 * D[2].r[i];
+      const float v = block_value(Ssum, i < 2 ? sa0 : sa1, fb[col * stride + b], sb[col * stride + b]);
+      c[grp][i] = c[grp][i] + v;
+    }
+  }
+}
+
 // The (token, slot) uses of expert e on rank r, token-major (moe.cu's order); count returned.
 __device__ inline int build_uses(int* uses, const int32_t* ids, int r, int e, int S, const DevCfg& cfg) {
   if (threadIdx.x == 0) {
@@ -175,10 +218,10 @@ __device__ void up_gate_slice(const FastUpGateArgs& a, int r, int e, int rg, int
     const int u = grp * 8 + g;  // this lane's B column
     xb[grp] = u < nu ? a.xlimbs + ((size_t(r) * S + sm.uses[u0 + u] / SL) * KB) * 24 + t * 2 : nullptr;
   }
-  float ch[NG][4][4];
+  float ch[4][NG][4];  // tile q, column group, fragment element
   for (int grp = 0; grp < NG; ++grp)
     for (int q = 0; q < 4; ++q)
-      for (int i = 0; i < 4; ++i) ch[grp][q][i] = 0.0f;
+      for (int i = 0; i < 4; ++i) ch[q][grp][i] = 0.0f;
   const int wb = KB / cfg.waves, G0 = w * wb / 4, G1 = (w + 1) * wb / 4;
   for (int G = G0; G < G1; ++G) {
     uint4 wv[8];
@@ -191,42 +234,16 @@ K4_FAST_UNROLL
     for (int j = 0; j < 4; ++j) {
       const int b = 4 * G + j;
       FragB B[NG][3];
-      for (int grp = 0; grp < NG; ++grp)
-        for (int m = 0; m < 3; ++m) {
-          if (xb[grp] != nullptr) {
-            const uint2 v = *reinterpret_cast<const uint2*>(xb[grp] + size_t(b) * 24 + m * 8);
-            B[grp][m].r[0] = v.x, B[grp][m].r[1] = v.y;
-          } else {
-            B[grp][m].r[0] = 0, B[grp][m].r[1] = 0;
-          }
-        }
+      load_b(B, xb, b);
 K4_FAST_UNROLL
-      for (int q = 0; q < 4; ++q) {
-        FragA P, Q;
-        a_pq(word_of(wv[2 * q], j), word_of(wv[2 * q + 1], j), P, Q);
-        const uint8_t sa0 = uint8_t(sv[2 * q] >> (8 * j)), sa1 = uint8_t(sv[2 * q + 1] >> (8 * j));
-K4_FAST_UNROLL
-        for (int grp = 0; grp < NG; ++grp) {
-          FragC D[3] = {};
-          for (int m = 0; m < 3; ++m) {
-            mma_s8(D[m], P, B[grp][m]);
-            mma_s8(D[m], Q, B[grp][m]);
-          }
-          for (int i = 0; i < 4; ++i) {
-            const int col = grp * 8 + 2 * t + (i % 2);
-            const int32_t Ssum = D[0].r[i] + 128 * D[1].r[i] + 16384 * D[2].r[i];
-            const float v = block_value(Ssum, i < 2 ? sa0 : sa1, sm.fb[col * KB + b], sm.sb[col * KB + b]);
-            ch[grp][q][i] = ch[grp][q][i] + v;
-          }
-        }
-      }
+      for (int q = 0; q < 4; ++q) tile_block(ch[q], wv[2 * q], wv[2 * q + 1], sv[2 * q], sv[2 * q + 1], j, B, sm.fb, sm.sb, KB, b, t);
     }
   }
   for (int grp = 0; grp < NG; ++grp)
     for (int q = 0; q < 4; ++q)
       for (int i = 0; i < 4; ++i) {
         const int col = grp * 8 + 2 * t + (i % 2), rin = g + 8 * (i / 2);
-        sm.chains[((w * 4 + q) * 16 + rin) * kUses + col] = ch[grp][q][i];
+        sm.chains[((w * 4 + q) * 16 + rin) * kUses + col] = ch[q][grp][i];
       }
 }
 
@@ -323,43 +340,17 @@ __device__ void down_units_tile(const FastUnitsArgs& a, int r, int e, int row0, 
       wv[x] = load_stream(wrow[x] + size_t(kc) * 64);
       sv[x] = *reinterpret_cast<const uint32_t*>(srow[x] + 4 * kc);
     }
-    float un[NG][2][4];
+    float un[2][NG][4];  // tile h, column group, fragment element
     for (int grp = 0; grp < NG; ++grp)
       for (int h = 0; h < 2; ++h)
-        for (int i = 0; i < 4; ++i) un[grp][h][i] = 0.0f;
+        for (int i = 0; i < 4; ++i) un[h][grp][i] = 0.0f;
 K4_FAST_UNROLL
     for (int j = 0; j < 4; ++j) {
       const int b = 4 * kc + j;
       FragB B[NG][3];
-      for (int grp = 0; grp < NG; ++grp)
-        for (int m = 0; m < 3; ++m) {
-          if (mb[grp] != nullptr) {
-            const uint2 v = *reinterpret_cast<const uint2*>(mb[grp] + size_t(b) * 24 + m * 8);
-            B[grp][m].r[0] = v.x, B[grp][m].r[1] = v.y;
-          } else {
-            B[grp][m].r[0] = 0, B[grp][m].r[1] = 0;
-          }
-        }
+      load_b(B, mb, b);
 K4_FAST_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        FragA P, Q;
-        a_pq(word_of(wv[2 * h], j), word_of(wv[2 * h + 1], j), P, Q);
-        const uint8_t sa0 = uint8_t(sv[2 * h] >> (8 * j)), sa1 = uint8_t(sv[2 * h + 1] >> (8 * j));
-K4_FAST_UNROLL
-        for (int grp = 0; grp < NG; ++grp) {
-          FragC D[3] = {};
-          for (int m = 0; m < 3; ++m) {
-            mma_s8(D[m], P, B[grp][m]);
-            mma_s8(D[m], Q, B[grp][m]);
-          }
-          for (int i = 0; i < 4; ++i) {
-            const int col = grp * 8 + 2 * t + (i % 2);
-            const int32_t Ssum = D[0].r[i] + 128 * D[1].r[i] + 16384 * D[2].r[i];
-            const float v = block_value(Ssum, i < 2 ? sa0 : sa1, fb[col * IB + b], sbs[col * IB + b]);
-            un[grp][h][i] = un[grp][h][i] + v;
-          }
-        }
-      }
+      for (int h = 0; h < 2; ++h) tile_block(un[h], wv[2 * h], wv[2 * h + 1], sv[2 * h], sv[2 * h + 1], j, B, fb, sbs, IB, b, t);
     }
     for (int grp = 0; grp < NG; ++grp)
       for (int h = 0; h < 2; ++h)
@@ -367,7 +358,7 @@ K4_FAST_UNROLL
           const int col = grp * 8 + 2 * t + (i % 2);
           if (col >= nu) continue;
           const int row = row0 + 16 * h + g + 8 * (i / 2);
-          a.units[(((size_t(r) * S * SL + uses[u0 + col]) * HID) + row) * KC + kc] = un[grp][h][i];
+          a.units[(((size_t(r) * S * SL + uses[u0 + col]) * HID) + row) * KC + kc] = un[h][grp][i];
         }
   }
 }

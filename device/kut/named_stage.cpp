@@ -5,6 +5,8 @@
 #include <cstring>
 #include <memory>
 
+#include "golden/format/kv_pages.hpp"
+
 namespace k4::kut {
 namespace {
 
@@ -102,21 +104,9 @@ void run_named_stage(const StageFns& fns, const std::string& stage, const Config
       int32_t top = -1;
       for (int32_t p : ids) top = std::max(top, p);
       if (ids.size() != stored || top >= golden::kMaxPages) throw std::invalid_argument("split: page_ids do not match the stored pages");
-      rk.n_pages = top + 1;
-      rk.k_cache.assign(size_t(rk.n_pages) * page_bytes, 0);
-      rk.v_cache = rk.k_cache;
-      const size_t per = cfg.one_kv_scale() ? 0 : size_t(cfg.page);
-      rk.k_scale = cfg.one_kv_scale() ? ks : std::vector<float>(size_t(rk.n_pages) * cfg.page, 0.f);
-      rk.v_scale = cfg.one_kv_scale() ? vs : std::vector<float>(size_t(rk.n_pages) * cfg.page, 0.f);
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (ids[i] < 0) throw std::invalid_argument("split: page_ids holds " + std::to_string(ids[i]));
-        std::memcpy(&rk.k_cache[size_t(ids[i]) * page_bytes], &k[i * page_bytes], page_bytes);
-        std::memcpy(&rk.v_cache[size_t(ids[i]) * page_bytes], &v[i * page_bytes], page_bytes);
-        if (per) {
-          std::memcpy(&rk.k_scale[size_t(ids[i]) * per], &ks[i * per], per * sizeof(float));
-          std::memcpy(&rk.v_scale[size_t(ids[i]) * per], &vs[i * per], per * sizeof(float));
-        }
-      }
+      for (int32_t p : ids)
+        if (p < 0) throw std::invalid_argument("split: page_ids holds " + std::to_string(p));
+      golden::expand_selected_kv(rk, top + 1, ids, k, v, ks, vs, cfg);
     } else {
       rk.n_pages = int(stored);
       rk.k_cache = std::move(k), rk.v_cache = std::move(v), rk.k_scale = std::move(ks), rk.v_scale = std::move(vs);

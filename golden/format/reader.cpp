@@ -7,6 +7,7 @@
 
 #include "golden/io/file_check.hpp"
 #include "golden/io/hdf5.hpp"
+#include "golden/format/kv_pages.hpp"
 #include "golden/format/schema.hpp"
 #include "golden/format/weights_file.hpp"
 
@@ -220,28 +221,11 @@ struct GoldenReader::Impl {
     }
     // Selected form: rebuild the caches at full size, zero where nothing was stored.
     const std::vector<int32_t> ids = get<int32_t>(r, "split/inputs", "page_ids");
-    const size_t pb = size_t(cfg.page) * cfg.head_dim;
-    R.k_cache.assign(size_t(n_pages) * pb, 0);
-    R.v_cache.assign(size_t(n_pages) * pb, 0);
-    if (cfg.one_kv_scale()) {
-      R.k_scale = std::move(ks);
-      R.v_scale = std::move(vs);
-    } else {
-      R.k_scale.assign(size_t(n_pages) * cfg.page, 0.0f);
-      R.v_scale.assign(size_t(n_pages) * cfg.page, 0.0f);
-    }
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const int32_t p = ids[i];
-      if (p < 0 || p >= n_pages)
-        bad("/rank" + std::to_string(r) + "/split/inputs/page_ids[" + std::to_string(i) + "] = " + std::to_string(p) +
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < 0 || ids[i] >= n_pages)
+        bad("/rank" + std::to_string(r) + "/split/inputs/page_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
             " is outside the cache of " + std::to_string(n_pages) + " pages");
-      std::memcpy(&R.k_cache[size_t(p) * pb], &k[i * pb], pb);
-      std::memcpy(&R.v_cache[size_t(p) * pb], &v[i * pb], pb);
-      if (!cfg.one_kv_scale()) {
-        std::memcpy(&R.k_scale[size_t(p) * cfg.page], &ks[i * cfg.page], cfg.page * sizeof(float));
-        std::memcpy(&R.v_scale[size_t(p) * cfg.page], &vs[i * cfg.page], cfg.page * sizeof(float));
-      }
-    }
+    expand_selected_kv(R, int(n_pages), ids, k, v, ks, vs, cfg);
     return R;
   }
 

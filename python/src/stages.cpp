@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "golden/format/kv_pages.hpp"
 #include "python/src/bind.hpp"
 
 namespace k4::py {
@@ -161,21 +162,7 @@ pyb::dict split_stage(const Config& cfg, const pyb::dict& t) {
       if (p < 0 || p >= golden::kMaxPages) throw std::invalid_argument("k4.stage.split: page_ids holds " + std::to_string(p));
       top = std::max(top, p);
     }
-    rk.n_pages = top + 1;
-    rk.k_cache.assign(size_t(rk.n_pages) * page_bytes, 0);
-    rk.v_cache.assign(size_t(rk.n_pages) * page_bytes, 0);
-    const size_t per = cfg.one_kv_scale() ? 0 : size_t(cfg.page);
-    rk.k_scale.assign(cfg.one_kv_scale() ? 1 : size_t(rk.n_pages) * cfg.page, 0.f);
-    rk.v_scale = rk.k_scale;
-    if (cfg.one_kv_scale()) rk.k_scale = ks, rk.v_scale = vs;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      std::memcpy(&rk.k_cache[size_t(ids[i]) * page_bytes], &k[i * page_bytes], page_bytes);
-      std::memcpy(&rk.v_cache[size_t(ids[i]) * page_bytes], &v[i * page_bytes], page_bytes);
-      if (per) {
-        std::memcpy(&rk.k_scale[size_t(ids[i]) * per], &ks[i * per], per * sizeof(float));
-        std::memcpy(&rk.v_scale[size_t(ids[i]) * per], &vs[i * per], per * sizeof(float));
-      }
-    }
+    golden::expand_selected_kv(rk, top + 1, ids, k, v, ks, vs, cfg);
   } else {
     rk.n_pages = int(stored);
     rk.k_cache = std::move(k), rk.v_cache = std::move(v), rk.k_scale = std::move(ks), rk.v_scale = std::move(vs);

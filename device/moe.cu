@@ -15,6 +15,8 @@
 //     acc += ok ? unit * w : 0, a token not routed to the unit's expert multiplying its zero
 //     mid row (NaN if a weight scale is NaN) by weight 0; tot = 0 + A0 + A1 + A2 + A3.
 //   A unit = the 16x16x128 MFMA from 0: c = 0; c = c + scale_block(block) for its 4 blocks.
+//   moe.wide_live_rows = exclude_pad (V2): in wide steps a pad row's routed slots are no
+//   expert's use (slot_joins): not computed (+0, midsc of a zero block), zero rows in the down.
 // Kernels: routing (a thread a token); up/gate (one block an (expert, 32 mid rows) and
 // rank: the expert's rows read once for all its tokens, 4 tokens at a time; blocks of experts
 // no token uses return at once); down (one block a 32-row task and rank, thread (row, quarter,
@@ -131,8 +133,24 @@ struct ExpertListBody {
     c.each(S * SL, [&](int i) { ids[i] = a.ids[size_t(r) * S * SL + i]; });
     c.each(cfg.n_experts, [&](int e) {
       bool u = false;
-      for (int ks = 0; ks < S * SL; ++ks) u |= slot_expert(ids + (ks / SL) * SL, ks % SL, cfg) == e;
+      for (int ks = 0; ks < S * SL; ++ks)
+        u |= slot_expert(ids + (ks / SL) * SL, ks % SL, cfg) == e && slot_joins(a.live, ks / SL, ks % SL, S, cfg);
       used[e] = u ? 1 : 0;
+    });
+    // V2: the (token, slot) pairs no expert serves are not computed: +0, midsc that of a zero block
+    const int I = cfg.inter, IB = I / kBlockK;
+    const size_t base = size_t(r) * S * SL;
+    c.each(S * SL * I, [&](int i) {
+      const int ks = i / I;
+      if (slot_joins(a.live, ks / SL, ks % SL, S, cfg)) return;
+      a.gate[base * I + i] = 0.0f, a.up[base * I + i] = 0.0f, a.mid[base * I + i] = 0, a.mid8[base * I + i] = 0;
+    });
+    c.each(S * SL * IB, [&](int i) {
+      const int ks = i / IB;
+      if (slot_joins(a.live, ks / SL, ks % SL, S, cfg)) return;
+      const float zero[kBlockK] = {};
+      uint8_t q[kBlockK];
+      a.midsc[base * IB + i] = mx8_quantize_block(zero, q);
     });
     c.one([&] {
       int32_t* list = a.ulist + size_t(r) * (cfg.n_experts + 1);
@@ -172,7 +190,7 @@ struct UpGateBody {
       int n = 0;  // the (token, slot) pairs this expert serves, token-major
       for (int k = 0; k < S; ++k)
         for (int s = 0; s < SL; ++s)
-          if (slot_expert(ids + size_t(k) * SL, s, cfg) == e) uses[n++] = k * SL + s;
+          if (slot_expert(ids + size_t(k) * SL, s, cfg) == e && slot_joins(a.live, k, s, S, cfg)) uses[n++] = k * SL + s;
       uses[kMaxTokens * kMaxSlots] = n;
     });
     const int n_use = uses[kMaxTokens * kMaxSlots];
@@ -308,7 +326,8 @@ struct DownBody {
       // the distinct routed experts in id order, the shared one last (seed build_experts)
       c.each(cfg.n_experts, [&](int e) {
         bool used = false;
-        for (int ks = 0; ks < S * SL; ++ks) used |= slot_expert(ids + (ks / SL) * SL, ks % SL, cfg) == e;
+        for (int ks = 0; ks < S * SL; ++ks)
+          used |= slot_expert(ids + (ks / SL) * SL, ks % SL, cfg) == e && slot_joins(a.live, ks / SL, ks % SL, S, cfg);
         used_e[e] = used && e != shared ? 1 : 0;
       });
       c.one([&] {
@@ -327,7 +346,8 @@ struct DownBody {
           const int k = i / (nu + 1), u = i % (nu + 1), e = uexp[u];
           int slot = -1;
           for (int s = 0; s < SL; ++s)
-            if (slot_expert(ids + size_t(k) * SL, s, cfg) == e && (s == top_k) == (e == shared)) slot = s;
+            if (slot_expert(ids + size_t(k) * SL, s, cfg) == e && (s == top_k) == (e == shared) && slot_joins(a.live, k, s, S, cfg))
+              slot = s;
           slot_for[k * u_max + u] = slot;
           return;
         }

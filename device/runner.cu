@@ -137,6 +137,7 @@ struct Runner::Impl {
   // the step's inputs
   int S = 0, q_len = 1, bt_width = 0, score_width = 0, ag = 0;
   DeviceBuffer<int32_t> seq_lens, block_table;
+  DeviceBuffer<uint8_t> live;  // (S) V2: live_rows of the config and seq_lens
   DeviceBuffer<float> scores;
   DeviceBuffer<uint16_t> h_in, q;
   DeviceBuffer<uint8_t> k_cache, v_cache;
@@ -195,7 +196,7 @@ struct Runner::Impl {
     const StepShared& sh = in.shared;
     S = sh.tokens, q_len = sh.q_len, bt_width = sh.bt_width, score_width = sh.score_width;
     ag = opt.ar_form < 0 ? (cfg.ag_rs(S + (K4_MUTANT_ON(39) ? 1 : 0)) ? 1 : 0) : (opt.ar_form != 0 ? 1 : 0);
-    upload(seq_lens, sh.seq_lens), upload(block_table, sh.block_table);
+    upload(seq_lens, sh.seq_lens), upload(block_table, sh.block_table), upload(live, live_rows(cfg, sh.seq_lens));
     upload(h_in, sh.h_in);
     int max_pages = 1;
     for (const StepRank& R : in.ranks) max_pages = std::max(max_pages, R.n_pages);
@@ -287,12 +288,12 @@ struct Runner::Impl {
   }
   void stage_up_gate() {
     launch_experts_up_gate(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ulist.get(), ids.get(),
-                                      xn8.get(), xsc.get(), ex.table(), S, W, dc},
+                                      xn8.get(), xsc.get(), live.get(), ex.table(), S, W, dc},
                            st);
   }
   void stage_down() {
     launch_experts_down(DownArgs{ffn_partial.get(), recv_ffn.get(), ids.get(), weights.get(), mid8.get(), midsc.get(),
-                                 ex.table(), S, W, ag, dc},
+                                 live.get(), ex.table(), S, W, ag, dc},
                         st);
   }
   // stage 5 on the tensor cores (moe_fast.cu): xn8's limbs, the expert list, up/gate, mid8's
@@ -300,8 +301,10 @@ struct Runner::Impl {
   void stage_up_gate_fast() {
     const size_t H = cfg.hidden;
     launch_e4m3_limbs(LimbsArgs{xlimbs.get(), xnan.get(), xn8.get(), W * S, int(H)}, st);
+    // TODO(V2): the fast up/gate (moe_fast.cu) does not apply slot_joins yet: it computes a pad
+    // row's routed slots (the expert list below does zero them first)
     launch_expert_list(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ulist.get(), ids.get(),
-                                  xn8.get(), xsc.get(), ex.table(), S, W, dc},
+                                  xn8.get(), xsc.get(), live.get(), ex.table(), S, W, dc},
                        st);
     launch_fast_up_gate(FastUpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), missing.get(),
                                        ulist.get(), ids.get(), xlimbs.get(), xnan.get(), xsc.get(), ex.fast_table(), S, W,
@@ -314,7 +317,7 @@ struct Runner::Impl {
                                          midsc.get(), ex.fast_table(), S, W, dc},
                            st);
     DownArgs d{ffn_partial.get(), recv_ffn.get(), ids.get(), weights.get(), mid8.get(), midsc.get(),
-               ex.table(), S, W, ag, dc};
+               live.get(), ex.table(), S, W, ag, dc};
     d.units = units.get();
     launch_experts_down(d, st);
   }
@@ -853,12 +856,13 @@ void experts_up_gate(MoeOut& out, const RouteOut& route, const RouterOut& r, con
   auto ids = to_device(route.ids);
   auto xn8 = to_device(r.xn8);
   auto xsc = to_device(r.xsc);
+  auto live = to_device(route.live);  // empty: every row joins
   DeviceBuffer<uint16_t> mid(n);
   DeviceBuffer<float> gate(n), up(n);
   DeviceBuffer<uint8_t> mid8(n), midsc(n / 32);
   DeviceBuffer<int32_t> ulist(dc.n_experts + 1);
   launch_experts_up_gate(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ulist.get(), ids.get(),
-                                    xn8.get(), xsc.get(), ex.table(), tokens, 1, dc},
+                                    xn8.get(), xsc.get(), route.live.empty() ? nullptr : live.get(), ex.table(), tokens, 1, dc},
                          0);
   sync();
   out.mid = download(mid, n), out.gate = download(gate, n), out.up = download(up, n);
@@ -874,9 +878,10 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
   auto wts = to_device(route.weights);
   auto mid8 = to_device(out.mid8);
   auto midsc = to_device(out.midsc);
+  auto live = to_device(route.live);
   DeviceBuffer<uint16_t> partial(size_t(tokens) * dc.hidden);
-  launch_experts_down(DownArgs{partial.get(), nullptr, ids.get(), wts.get(), mid8.get(), midsc.get(), ex.table(), tokens,
-                               1, 0, dc},
+  launch_experts_down(DownArgs{partial.get(), nullptr, ids.get(), wts.get(), mid8.get(), midsc.get(),
+                               route.live.empty() ? nullptr : live.get(), ex.table(), tokens, 1, 0, dc},
                       0);
   sync();
   out.partial = download(partial, size_t(tokens) * dc.hidden);

@@ -134,6 +134,7 @@ struct UpGateArgs {
   const int32_t* ids;          // (W, S, 5)
   const uint8_t* xn8;          // (W, S, hidden)
   const uint8_t* xsc;          // (W, S, hidden / 32)
+  const uint8_t* live;         // (S) V2: rows whose routed slots join the wide experts; null: every row
   ExpertTable ex;
   int tokens, ranks;
   DevCfg cfg;
@@ -147,6 +148,7 @@ struct DownArgs {
   const float* weights;        // (W, S, 5)
   const uint8_t* mid8;         // (W, S, 5, inter)
   const uint8_t* midsc;        // (W, S, 5, inter / 32)
+  const uint8_t* live;         // (S) V2: rows whose routed slots join the wide experts; null: every row
   ExpertTable ex;
   int tokens, ranks, ag_rs;
   DevCfg cfg;
@@ -209,6 +211,12 @@ bool fast_moe_supported(const DevCfg& cfg, int tokens);
 K4_HD int slot_expert(const int32_t* ids_row, int slot, const DevCfg& cfg) {
   const int id = ids_row[slot];
   return id < cfg.n_experts - 1 ? id : cfg.n_experts - 1;
+}
+
+// Whether (token k, slot) is one of its expert's uses (reference slot_joins): the shared slot
+// always, a routed slot unless the step is wide and the row is not live (V2).
+K4_HD bool slot_joins(const uint8_t* live, int k, int slot, int tokens, const DevCfg& cfg) {
+  return slot == cfg.top_k || tokens < cfg.wide_from || live == nullptr || live[k] != 0;
 }
 
 // Push of one bf16 partial element (token k, row) of rank src into the exchange buffers:

@@ -109,6 +109,7 @@ StepResult run_step(const LayerWeights& w, const StepInputs& in) {
     residual_add(R.h_mid, R.a, in.shared.h_in);
     route_scores(R.router, R.a, in.shared.h_in, w.ranks[r], S, cfg);
     route_top4(R.route, R.router, S, cfg);
+    R.route.live = live_rows(cfg, in.shared.seq_lens);  // V2: which rows join the wide experts
     const RankExpertCache experts(*w.experts);
     experts_up_gate(R.moe, R.route, R.router, experts, r, S, cfg);
     experts_down(R.moe, R.route, experts, r, S, cfg);

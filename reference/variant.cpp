@@ -25,7 +25,7 @@ const std::vector<VariantSwitch>& variant_switches() {
        [](const Variant& v) { return v.round_logit ? 0 : 1; },
        [](Variant& v, int i) { v.round_logit = i == 0; }},
       {"moe.wide_live_rows", "V2", "rows whose picks join the wide MoE's experts: all, or the live ones (seq_len > 0)",
-       {"all", "exclude_pad"}, {true, false},
+       {"all", "exclude_pad"}, {true, true},
        [](const Variant& v) { return int(v.wide_live_rows); },
        [](Variant& v, int i) { v.wide_live_rows = WideRows(i); }},
       {"moe.wide_down_order", "V3", "the wide down's units: flat over the union (seed) or per expert (ATOM)",

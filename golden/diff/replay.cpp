@@ -318,10 +318,11 @@ std::vector<ReplayStep> replay_router(const Ctx& c, int r, size_t ml) {
                       ml)};
 }
 
-RouteOut route_of(const Inputs& x) {
+RouteOut route_of(const Ctx& c, const Inputs& x) {
   RouteOut rt;
   rt.ids = in_vec<int32_t>(x, "route_ids");
   rt.weights = in_vec<float>(x, "route_weights");
+  rt.live = c.gr.moe_live();  // V2: the golden's rows that join the wide experts
   return rt;
 }
 
@@ -350,7 +351,7 @@ std::vector<ReplayStep> replay_moe(const Ctx& c, int r, size_t ml) {
                                 ro.xn8 = in_vec<uint8_t>(x, "xn8");
                                 ro.xsc = in_vec<uint8_t>(x, "xsc");
                                 MoeOut o;
-                                experts_up_gate(o, route_of(x), ro, *c.lw.experts, r, c.S, c.cfg);
+                                experts_up_gate(o, route_of(c, x), ro, *c.lw.experts, r, c.S, c.cfg);
                                 return std::map<std::string, RawTensor>{
                                     {"gate", out_tensor(DType::F32, o.gate)}, {"up", out_tensor(DType::F32, o.up)},
                                     {"mid", out_tensor(DType::BF16, o.mid)},  {"mid8", out_tensor(DType::E4M3, o.mid8)},
@@ -364,7 +365,7 @@ std::vector<ReplayStep> replay_moe(const Ctx& c, int r, size_t ml) {
                                 MoeOut o;
                                 o.mid8 = in_vec<uint8_t>(x, "mid8");
                                 o.midsc = in_vec<uint8_t>(x, "midsc");
-                                experts_down(o, route_of(x), *c.lw.experts, r, c.S, c.cfg);
+                                experts_down(o, route_of(c, x), *c.lw.experts, r, c.S, c.cfg);
                                 return std::map<std::string, RawTensor>{{"partial", out_tensor(DType::BF16, o.partial)}};
                               },
                               ml));

@@ -371,10 +371,15 @@ MoeStage GoldenReader::moe(int r) const {
   s.experts = std::make_shared<StoredExpertSource>(p_);
   RankResult o = p_->read_fields(r, "moe/outputs");
   s.route = std::move(o.route);
+  s.route.live = moe_live();  // V2: the rows that join the wide experts
   s.out = std::move(o.moe);
   for (int j = 0; j < p_->tp; ++j) s.rank_partials.push_back(p_->get<uint16_t>(j, "moe/outputs", "partial"));
   s.ar_out = std::move(o.ar_out);
   return s;
+}
+
+std::vector<uint8_t> GoldenReader::moe_live() const {
+  return live_rows(p_->cfg, p_->get<int32_t>(0, "/inputs", "seq_lens"));
 }
 
 StepInputs GoldenReader::inputs() const {
@@ -386,7 +391,9 @@ StepInputs GoldenReader::inputs() const {
 
 RankResult GoldenReader::rank_result(int r) const {
   p_->check_rank(r);
-  return p_->outputs(r);
+  RankResult R = p_->outputs(r);
+  R.route.live = moe_live();
+  return R;
 }
 
 StepResult GoldenReader::result() const {

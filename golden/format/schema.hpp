@@ -164,6 +164,8 @@ class GoldenReader {
   MoeStage moe(int rank) const;
 
   StepInputs inputs() const;
+  // The rows whose routed picks join the wide MoE (live_rows of the config and /inputs/seq_lens).
+  std::vector<uint8_t> moe_live() const;
   RankResult rank_result(int rank) const;
   StepResult result() const;
   // The stored weights: every rank's RankWeights and an ExpertSource of the stored experts.

@@ -105,11 +105,24 @@ struct Uses {  // the (token, slot) pairs routed to one expert
 std::map<int, Uses> expert_uses(const RouteOut& route, int tokens, const Config& cfg) {
   std::map<int, Uses> uses;
   for (int k = 0; k < tokens; ++k)
-    for (int s = 0; s < cfg.moe_slots(); ++s) uses[slot_expert(route, k, s, cfg)].ts.push_back({k, s});
+    for (int s = 0; s < cfg.moe_slots(); ++s)
+      if (slot_joins(route, k, s, tokens, cfg)) uses[slot_expert(route, k, s, cfg)].ts.push_back({k, s});
   return uses;
 }
 
 }  // namespace
+
+std::vector<uint8_t> live_rows(const Config& cfg, const std::vector<int32_t>& seq_lens) {
+  std::vector<uint8_t> live(seq_lens.size(), 1);
+  if (cfg.variant.wide_live_rows == WideRows::exclude_pad)
+    for (size_t k = 0; k < seq_lens.size(); ++k) live[k] = seq_lens[k] > 0 ? 1 : 0;  // the raw seq_len (VARIANTS.md V2)
+  return live;
+}
+
+bool slot_joins(const RouteOut& route, int k, int slot, int tokens, const Config& cfg) {
+  if (slot == cfg.top_k || !cfg.wide(tokens) || route.live.empty()) return true;
+  return route.live[size_t(k)] != 0;
+}
 
 void experts_up_gate(MoeOut& out, const RouteOut& route, const RouterOut& r, const ExpertSource& src, int rank,
                      int tokens, const Config& cfg) {
@@ -215,7 +228,8 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
   for (int k = 0; k < tokens; ++k)
     for (int du = 0; du <= nu; ++du)
       for (int s = 0; s < SL; ++s)
-        if (slot_expert(route, k, s, cfg) == uexp[du] && (s == top_k) == (du == nu)) urow[size_t(k) * (nu + 1) + du] = s;
+        if (slot_expert(route, k, s, cfg) == uexp[du] && (s == top_k) == (du == nu) && slot_joins(route, k, s, tokens, cfg))
+          urow[size_t(k) * (nu + 1) + du] = s;
 #pragma omp parallel for schedule(static)
   for (int row = 0; row < HID; ++row)
     for (int k = 0; k < tokens; ++k) {

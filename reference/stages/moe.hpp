@@ -15,6 +15,10 @@
 //     within; acc += ok ? mfma * w : 0 (w = 0 where the token did not route there);
 //     tot = 0 + A0 + A1 + A2 + A3.
 //   ar_out = rank-ordered sum (W == 1: the partial itself).
+//   moe.wide_live_rows = exclude_pad (V2, wide steps only): a pad row's routed slots join no
+//     expert: the distinct list, the up/gate uses and the down tables count live rows only
+//     (a pad row's routed units are its zero mid row times weight 0); its routed-slot gate,
+//     up, mid and mid8 are not computed (+0; midsc that of a zero block); its shared slot is.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -29,7 +33,18 @@ namespace k4 {
 struct RouteOut {
   std::vector<int32_t> ids;      // (S, 5) slot 0..3 the picks in pick order, 4 = shared
   std::vector<float> weights;    // (S, 5)
+  // (S,) 1 where the row's routed slots join the wide MoE's experts (live_rows); empty: every
+  // row. Not an output of route_top4: run_step (and the golden reader) set it from seq_lens.
+  std::vector<uint8_t> live;
 };
+
+// The rows whose routed picks join the wide MoE (V2): every row under moe.wide_live_rows =
+// all; under exclude_pad the rows with seq_len > 0 (aiter's seq_lens[k] > 0; ATOM's
+// batch_ids[k] >= 0 marks the same CUDA-graph pad rows).
+std::vector<uint8_t> live_rows(const Config& cfg, const std::vector<int32_t>& seq_lens);
+// Whether (token k, slot s) is one of its expert's uses in this step: the shared slot always,
+// a routed slot unless the step is wide and k is not live (V2).
+bool slot_joins(const RouteOut& route, int k, int slot, int tokens, const Config& cfg);
 
 struct MoeOut {
   std::vector<uint16_t> mid;     // (S, 5, inter)        bf16 swiglu output

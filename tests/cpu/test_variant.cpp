@@ -4,12 +4,15 @@
 // variant attribute, k4 inspect, and k4 diff refusing goldens of different variants.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "golden/format/schema.hpp"
 #include "reference/config.hpp"
 #include "reference/model.hpp"
+#include "tests/cpu/float64_model.hpp"
 #include "reference/variant.hpp"
 #include "tests/cpu/cli_run.hpp"
 #include "tests/cpu/fixtures.hpp"
@@ -161,6 +164,57 @@ TEST_CASE("router.gate = f32 / round_logit = false change the router and nothing
       CHECK(a.router.key != b.router.key);
     }
   }
+}
+
+// V2 (docs/numerics.md §13): pad rows join no expert of the wide MoE.
+TEST_CASE("moe.wide_live_rows = exclude_pad: with no pad rows the seed's bits; a pad row's inputs move no live row") {
+  Config c = preset("tiny", 2);
+  const LayerWeights w0 = test::random_layer(c, 6);
+  LayerWeights w2 = w0;
+  w2.cfg.variant.wide_live_rows = WideRows::exclude_pad;
+  // no pad row, narrow and wide steps: bit for bit the seed
+  for (int S : {3, 6, 13}) {
+    std::vector<int> lens;
+    for (int k = 0; k < S; ++k) lens.push_back(200 + 700 * k);
+    const StepInputs in = test::random_step(c, {S, lens, 1, uint64_t(S)});
+    const std::string d = f64::diff_step(run_step(w0, in), run_step(w2, in));
+    CHECK_MESSAGE(d.empty(), "S = " << S << ": " << d);
+  }
+  // a wide step with a pad row (row 2): its routed slots are no expert's use
+  StepInputs in = test::random_step(c, {7, {3000, 900, 0, 5000, 20, 2500, 400}, 1, 9});
+  const StepResult a = run_step(w2, in);
+  StepInputs in_b = in;
+  for (int i = 0; i < c.hidden; ++i) in_b.shared.h_in[size_t(2) * c.hidden + i] ^= uint16_t(0x0100 * (i % 3));  // its residual
+  for (StepRank& R : in_b.ranks)
+    for (int i = 0; i < c.o_k(); ++i) R.q[size_t(2) * c.o_k() + i] ^= 0x0080;  // its q
+  const StepResult b = run_step(w2, in_b);
+  const int SL = c.moe_slots(), I = c.inter;
+  for (int r = 0; r < c.tp; ++r) {
+    const RankResult &A = a.ranks[size_t(r)], &B = b.ranks[size_t(r)];
+    CHECK(std::vector<int32_t>(A.route.ids.begin() + 2 * SL, A.route.ids.begin() + 3 * SL) !=
+          std::vector<int32_t>(B.route.ids.begin() + 2 * SL, B.route.ids.begin() + 3 * SL));  // its routing moved
+    for (int k = 0; k < 7; ++k) {
+      if (k == 2) continue;
+      CAPTURE(k);
+      const size_t H = size_t(c.hidden);
+      CHECK(std::equal(A.ar_out.begin() + k * H, A.ar_out.begin() + (k + 1) * H, B.ar_out.begin() + k * H));
+      CHECK(std::equal(A.moe.partial.begin() + k * H, A.moe.partial.begin() + (k + 1) * H, B.moe.partial.begin() + k * H));
+    }
+    // the pad row's routed slots: not computed; its shared slot is
+    for (int s = 0; s < SL; ++s) {
+      const size_t o = (size_t(2) * SL + s) * I;
+      const bool any = std::any_of(A.moe.mid.begin() + o, A.moe.mid.begin() + o + I, [](uint16_t m) { return m != 0; });
+      CHECK(any == (s == c.top_k));
+    }
+  }
+  // under the seed's rule the same change moves live rows (its experts join the union)
+  const StepResult sa = run_step(w0, in), sb = run_step(w0, in_b);
+  bool moved = false;
+  for (int k = 0; k < 7; ++k)
+    if (k != 2)
+      moved = moved || !std::equal(sa.ranks[0].moe.partial.begin() + k * c.hidden, sa.ranks[0].moe.partial.begin() + (k + 1) * c.hidden,
+                                   sb.ranks[0].moe.partial.begin() + k * c.hidden);
+  CHECK_MESSAGE(moved, "the seed's union did not move a live row: the case does not tell the rules apart");
 }
 
 TEST_CASE("k4 golden --variant; the golden's variant attribute; inspect shows it; diff refuses another variant") {

@@ -81,6 +81,11 @@ std::vector<GoldenCase> golden_cases() {
   v.back().variant = "router.gate=f32,router.round_logit=false";
   add("logits unrounded (V1b)", "tiny", 2, 3, {"medium"});
   v.back().variant = "router.round_logit=false";
+  {
+    Scenario& sc = add("aiter: F32 gate, pad rows out of the wide MoE (V1, V2)", "tiny", 2, 8, {"medium", "0", "long", "short"});
+    sc.pad_rows = {1, 5};
+    v.back().variant = "aiter";
+  }
   v.push_back(v[0]);
   v.back().name = "selected KV form";
   v.back().kv_form = "selected";

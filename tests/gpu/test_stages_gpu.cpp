@@ -651,6 +651,39 @@ TEST_CASE("router variants") {
   }
 }
 
+// Pad rows out of the wide MoE (V2, moe.wide_live_rows = exclude_pad) and aiter's whole set
+// (V1 + V2): wide steps with pad rows, whose routed slots are no expert's use, and narrow ones.
+TEST_CASE("pad rows out of the wide MoE") {
+  for (const char* spec : {"moe.wide_live_rows=exclude_pad", "aiter"}) {
+    for (int tp : {1, 2}) {
+      Config cfg = preset("tiny", tp);
+      cfg.variant = parse_variant(spec);
+      const LayerWeights lw = test::random_layer(cfg, 1600 + tp);
+      gpu::Runner runner(lw);
+      for (int S : {4, 7, 12}) {
+        std::vector<int> seq = contexts("mixed", S, 110 + S + tp);
+        seq[1] = 0, seq[size_t(S) - 1] = 0;  // two pad rows
+        const StepInputs in = test::random_step(cfg, {S, seq, 1, uint64_t(S * 19 + tp)});
+        CHECK(check_step(runner, lw, in, std::string(spec) + " tiny tp" + std::to_string(tp) + " S=" + std::to_string(S)));
+      }
+      // the stage twins on the reference's inputs (the route's live rows)
+      std::vector<int> seq = contexts("medium", 6, 3);
+      seq[2] = 0;
+      const StepInputs in = test::random_step(cfg, {6, seq, 1, 12});
+      const StepResult ref = run_step(lw, in);
+      const RankResult& h = ref.ranks[0];
+      MoeOut d;
+      gpu::experts_up_gate(d, h.route, h.router, *lw.experts, 0, 6, cfg);
+      CHECK(d.mid8 == h.moe.mid8);
+      CHECK(d.midsc == h.moe.midsc);
+      CHECK(d.gate == h.moe.gate);
+      MoeOut down_in = h.moe;
+      gpu::experts_down(down_in, h.route, *lw.experts, 0, 6, cfg);
+      CHECK(down_in.partial == h.moe.partial);
+    }
+  }
+}
+
 // The stage twins (k4::gpu::select_blocks, ...: the replay entry points) on the reference's
 // own inputs reproduce each reference stage's outputs.
 TEST_CASE("stage twins") {

@@ -150,7 +150,7 @@ inline constexpr MutantInfo kMutants[] = {
   {48, "4 router", "router.cu", "clamp", "xn MXFP8 without the +-448 clamp (non-saturating convert: Inf -> NaN)", "R4.6, §1 E4M3 call sites: XN_SLICE (seed:L1419-L1442)", ""},
   {49, "4 router", "router.cu", "routing", "route key from sigmoid(logit + bias) instead of sigmoid(logit) + bias", "R4.8, R4.9: bf16_round (seed:L1465), route_key (seed:L1466)", ""},
   {50, "4 router", "router.cu", "selection", "route key ties (one bucket) go to the higher expert id", "R4.9: route_key (seed:L174-L180)", ""},
-  {51, "4 router", "router.cu", "nan", "route key of the raw NaN (its sign orders it) instead of the canonical one", "R4.9, P7: route_key (seed:L174-L180)", ""},
+  {51, "4 router", "router.cu", "nan", "route key of a NaN as the canonical +NaN (picked first) instead of the sign R4.10 gives it", "R4.9, R4.10: route_key (seed:L174-L180), route_key (seed:L1466)", ""},
   // ---------------------------------------------------------------- stage 5: moe.cu
   {52, "5 moe", "moe.cu", "routing", "route weights from the biased score (the key's value) instead of sig", "R5.2: tot (seed:L1197-L1203)", ""},
   {53, "5 moe", "moe.cu", "routing", "route weights not renormalised: sig * route_scale", "R5.2: tot (seed:L1197-L1203)", ""},
@@ -222,14 +222,15 @@ K4_HD uint8_t mx8_block_noclamp(const float* v, uint8_t* q32) {
 K4_HD uint8_t mx8_block(bool floor_on, bool noclamp_on, const float* v, uint8_t* q32) {
   return floor_on ? mx8_block_floor(v, q32) : noclamp_on ? mx8_block_noclamp(v, q32) : mx8_quantize_block(v, q32);
 }
-// route_key with ties to the higher id, or of the raw (sign-carrying) NaN.
+// route_key with ties to the higher id, or keying every NaN as the canonical +NaN (the sign
+// R4.10 gives it dropped).
 K4_HD int32_t route_key_ties_high(float v, int e) {
   int32_t b = int32_t(f32_bits(canon_nan(v)));
   b = b < 0 ? (b ^ 0x7FFFFFFF) : b;
   return int32_t(uint32_t(b) & 0xFFFFFF80u) | e;
 }
-K4_HD int32_t route_key_raw_nan(float v, int e) {
-  int32_t b = int32_t(f32_bits(v));
+K4_HD int32_t route_key_canon_nan(float v, int e) {
+  int32_t b = int32_t(f32_bits(canon_nan(v)));
   b = b < 0 ? (b ^ 0x7FFFFFFF) : b;
   return int32_t(uint32_t(b) & 0xFFFFFF80u) | (127 - e);
 }

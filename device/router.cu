@@ -116,8 +116,12 @@ struct LogitBody {
       const float sc = sigmoid_approx(x);  // hw_rcp (seed:L1465)
       a.logit[tk * E + e] = canon_nan(logit);
       a.sig[tk * E + e] = canon_nan(sc);
-      const float biased = K4_MUTANT_ON(49) ? sigmoid_approx(x + a.bias[size_t(r) * E + e]) : sc + a.bias[size_t(r) * E + e];
-      a.key[tk * E + e] = K4_MUTANT_ON(50) ? mut::route_key_ties_high(biased, e) : K4_MUTANT_ON(51) ? mut::route_key_raw_nan(biased, e) : route_key(biased, e);
+      const float bias = a.bias[size_t(r) * E + e];
+      // route_key (seed:L1466): a NaN sc keys last (route_key_of, docs/numerics.md R4.10)
+      a.key[tk * E + e] = K4_MUTANT_ON(49)   ? route_key(sigmoid_approx(x + bias), e)
+                          : K4_MUTANT_ON(50) ? mut::route_key_ties_high(sc + bias, e)
+                          : K4_MUTANT_ON(51) ? mut::route_key_canon_nan(sc + bias, e)
+                                             : route_key_of(sc, bias, e);
     });
   }
 };

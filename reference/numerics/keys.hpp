@@ -3,7 +3,8 @@
 //  - index_key (seed index_key): a block's score as a signed-orderable int; blocks below
 //    init_blocks pinned to 1e30, the last local_blocks to 1e29; -0 as +0; NaN below -Inf.
 //  - route_key (seed route_key): the score's orderable bits with the low 7 replaced by
-//    127 - e (a tie goes to the lower expert); a NaN score keys as the canonical +NaN.
+//    127 - e (a tie goes to the lower expert); a NaN as the canonical NaN of its sign.
+//    route_key_of(sig, bias, e): the NaN the seed's key sees (a NaN sig keys as -NaN, last).
 //  - swiglu (seed swiglu_mul_batch(g, u, -limit)): g' = min(g, L), u' = clamp(u, -L, L),
 //    (g' * sigmoid(f32(1.702) * g')) * (u' + 1), min/max NaN-propagating.
 #pragma once
@@ -23,10 +24,23 @@ K4_HD int32_t index_key_bits(int b, float score, int n_blk, int init_blocks, int
 }
 
 K4_HD int32_t route_key(float v, int e) {
-  // NaN enters as the canonical NaN: its payload differs between CPUs and GPUs
-  int32_t b = int32_t(f32_bits(canon_nan(v)));
+  // a NaN enters as the canonical NaN of its sign: its payload differs between CPUs and GPUs,
+  // its sign is what the seed's bits keep (+NaN above +Inf, -NaN below -Inf)
+  int32_t b = int32_t(is_nan(v) ? ((f32_bits(v) & 0x80000000u) | 0x7FC00000u) : f32_bits(v));
   b = b < 0 ? (b ^ 0x7FFFFFFF) : b;
   return int32_t(uint32_t(b) & 0xFFFFFF80u) | (127 - e);
+}
+
+// The key of expert e as the seed's route_key (seed:L1465-L1466) takes sc + bias, with
+// the NaN that reaches it: sc = rcp(1 + exp2(-bf16(logit) * LOG2E)) is NaN only for a NaN
+// logit, which the model holds as the canonical +NaN; the seed negates it before exp2, and
+// mul, exp2, add, rcp and the bias add carry the NaN operand's sign (docs/numerics.md P7), so
+// the key is that of -NaN, below -Inf: the expert is picked last. A NaN bias with a number
+// sc reaches the key as the bias's own NaN (a checkpoint's +NaN: picked first).
+K4_HD int32_t route_key_of(float sig, float bias, int e) {
+  if (is_nan(sig)) return route_key(f32_from_bits(0xFFC00000u), e);
+  if (is_nan(bias)) return route_key(bias, e);
+  return route_key(sig + bias, e);
 }
 
 K4_HD float swiglu(float g, float u, float limit) {

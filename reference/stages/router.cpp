@@ -107,7 +107,7 @@ void route_scores(RouterOut& out, const std::vector<uint16_t>& a, const std::vec
       const float sc = sigmoid_approx(x);  // hw_rcp (seed:L1465)
       out.logit[size_t(k) * E + e] = canon_nan(logit);
       out.sig[size_t(k) * E + e] = canon_nan(sc);
-      out.key[size_t(k) * E + e] = route_key(K4_MODEL_MUTANT_ON(4) ? sc : sc + w.bias[e], e);
+      out.key[size_t(k) * E + e] = route_key_of(sc, K4_MODEL_MUTANT_ON(4) ? 0.0f : w.bias[e], e);  // route_key (seed:L1466): a NaN sc keys last
     }
 }
 

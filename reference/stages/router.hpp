@@ -9,7 +9,9 @@
 //   fma(g1, x1, fma(g0, x0, acc)) (V1a); router.round_logit = false drops the bf16 rounding.
 //   sig = rcp(1 + exp2(-bf16(logit) * log2e)); key = route_key(sig + bias, e): the score's
 //   orderable bits with the low 7 replaced by 127 - e (scores in one 128-code bucket tie, the
-//   lower expert wins; a NaN score keys as the canonical +NaN, above every number).
+//   lower expert wins). The NaN that reaches the key (route_key_of): a NaN logit gives the key
+//   of -NaN, below -Inf (the seed negates the logit before exp2: the expert is picked last); a
+//   NaN bias with a number sig the bias's own NaN (+NaN: above +Inf, picked first).
 #pragma once
 #include <cstdint>
 #include <vector>

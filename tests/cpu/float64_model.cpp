@@ -689,8 +689,10 @@ Report check_route(const Config& cfg, const RouterOut& r, const RankWeights& w, 
   for (int k = 0; k < tokens; ++k) {
     std::vector<int64_t> bucket(E);
     for (int e = 0; e < E; ++e) {
-      const float v = float(double(r.sig[size_t(k) * E + e]) + double(w.bias[e]));
-      const uint32_t b = std::isnan(v) ? 0x7FC00000u : bits_of(v);
+      const float sg = r.sig[size_t(k) * E + e], bi = w.bias[e];
+      const float v = float(double(sg) + double(bi));
+      // a NaN sig ranks last (the seed negates the NaN logit), a NaN bias by its own sign
+      const uint32_t b = std::isnan(sg) ? 0xFFC00000u : std::isnan(bi) ? ((bits_of(bi) & 0x80000000u) | 0x7FC00000u) : bits_of(v);
       const int64_t mag = int64_t(b & 0x7FFFFFFFu) >> 7;
       bucket[e] = (b >> 31) ? -mag - 1 : mag;
     }

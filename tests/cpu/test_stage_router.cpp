@@ -217,10 +217,33 @@ TEST_CASE("route keys: scores equal after dropping 7 bits tie, and the lower exp
   CHECK(k4::route_key(-0.25f, 0) < k4::route_key(0.0f, 127));
   CHECK(k4::route_key(-0.5f, 0) < k4::route_key(-0.25f, 127));
   CHECK(k4::route_key(-0.0f, 0) < k4::route_key(0.0f, 127));
-  // NaN (keyed as the canonical +NaN) ranks above +Inf
-  CHECK(k4::route_key(std::numeric_limits<float>::quiet_NaN(), 5) > k4::route_key(INFINITY, 0));
+  // a NaN as the canonical NaN of its sign: +NaN above +Inf, -NaN below -Inf, any payload
+  const float qnan = std::numeric_limits<float>::quiet_NaN(), nnan = k4::f32_from_bits(0xFFC00000u);
+  CHECK(k4::route_key(qnan, 5) > k4::route_key(INFINITY, 0));
+  CHECK(k4::route_key(nnan, 0) < k4::route_key(-INFINITY, 127));
+  CHECK(k4::route_key(k4::f32_from_bits(0xFFFFFFFFu), 4) == k4::route_key(nnan, 4));
+  CHECK(k4::route_key(k4::f32_from_bits(0x7F800001u), 4) == k4::route_key(qnan, 4));
   // the id bits: 127 - e in the low 7 bits
   CHECK((k4::route_key(half, 3) & 127) == 124);
+}
+
+TEST_CASE("R4.10: a NaN sig keys as -NaN (the seed negates the NaN logit), a NaN bias by its own sign") {
+  const float qnan = std::numeric_limits<float>::quiet_NaN(), nnan = k4::f32_from_bits(0xFFC00000u);
+  CHECK(k4::route_key_of(qnan, 0.25f, 7) == k4::route_key(nnan, 7));
+  CHECK(k4::route_key_of(qnan, 0.25f, 7) < k4::route_key_of(0.0f, -INFINITY, 0));  // below every number
+  CHECK(k4::route_key_of(qnan, qnan, 7) == k4::route_key(nnan, 7));                 // the sig's NaN first
+  CHECK(k4::route_key_of(0.5f, qnan, 7) > k4::route_key_of(1.0f, INFINITY, 0));     // a +NaN bias: first
+  CHECK(k4::route_key_of(0.5f, nnan, 7) == k4::route_key(nnan, 7));
+  CHECK(k4::route_key_of(0.5f, 0.25f, 7) == k4::route_key(0.75f, 7));
+  // routed: a NaN logit's expert is never among the 4 picks while 4 others have numbers
+  const k4::Config c = k4::preset("tiny");
+  k4::RouterOut r;
+  r.sig.assign(32, 0.5f);
+  for (int e = 0; e < 32; ++e) r.key.push_back(k4::route_key_of(e == 0 ? qnan : 0.5f, 0.0f, e));
+  r.sig[0] = qnan;
+  k4::RouteOut out;
+  k4::route_top4(out, r, 1, c);
+  CHECK(std::vector<int32_t>(out.ids.begin(), out.ids.begin() + 4) == std::vector<int32_t>({1, 2, 3, 4}));
 }
 
 TEST_CASE("route_top4: picks by key in pick order, weights renormalized, the shared slot") {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -399,14 +400,18 @@ TEST_CASE("values: one NaN weight poisons exactly what the contract says (nan_we
       }
     }
   }
-  SUBCASE("w_gate: expert 2's logit NaN for every token: it is every token's first pick, its weights NaN") {
+  SUBCASE("w_gate: expert 2's logit NaN for every token: its key is -NaN's (the seed negates the logit), never picked") {
     auto m = make("{" + ctx + R"(, "inject": {"nan_weight": "w_gate"}})");
     const Config& c = m->cfg;
     for (const RankResult& R : m->res.ranks)
       for (int k = 0; k < 2; ++k) {
         for (int e = 0; e < c.n_routed; ++e) CHECK(std::isnan(R.router.logit[size_t(k) * c.n_routed + e]) == (e == 2));
-        CHECK(R.route.ids[size_t(k) * c.moe_slots()] == 2);
-        CHECK(std::isnan(R.route.weights[size_t(k) * c.moe_slots()]));
+        CHECK(std::isnan(R.router.sig[size_t(k) * c.n_routed + 2]));
+        CHECK(R.router.key[size_t(k) * c.n_routed + 2] == route_key(-std::numeric_limits<float>::infinity(), 2) - 0x400000);
+        for (int s = 0; s < c.top_k; ++s) {
+          CHECK(R.route.ids[size_t(k) * c.moe_slots() + s] != 2);
+          CHECK(!std::isnan(R.route.weights[size_t(k) * c.moe_slots() + s]));  // the picks' sigs are numbers
+        }
         CHECK(R.route.weights[size_t(k) * c.moe_slots() + c.top_k] == c.shared_weight);
       }
   }

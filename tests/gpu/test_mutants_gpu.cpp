@@ -227,8 +227,9 @@ void add_nan_v_past_context(CaseList& L) {
   L.add("split: NaN V codes past n_ctx", make_layer(test::random_layer(cfg, 42)), std::move(in));
 }
 
-// Mutants 48, 51: a g_post of +Inf (xn +-Inf: MXFP8 clamps it to 448) and a -NaN bias (the
-// canonical NaN's key, above all: every token's first pick).
+// Mutants 48, 51: a g_post of +Inf (xn +-Inf: MXFP8 clamps it to 448) and a -NaN bias (keyed
+// by its own sign, R4.10: below all, never picked; mutant 51's canonical +NaN is every
+// token's first pick).
 void add_router_specials(CaseList& L) {
   const Config cfg = preset("tiny", 2);
   LayerWeights w = test::random_layer(cfg, 43);

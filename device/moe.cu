@@ -15,6 +15,8 @@
 //     acc += ok ? unit * w : 0, a token not routed to the unit's expert multiplying its zero
 //     mid row (NaN if a weight scale is NaN) by weight 0; tot = 0 + A0 + A1 + A2 + A3.
 //   A unit = the 16x16x128 MFMA from 0: c = 0; c = c + scale_block(block) for its 4 blocks.
+//   moe.wide_down_order = per_expert (V3): quarter q takes expert E_u's chunks q, q + 4 for
+//   u = 0..nu; moe.narrow_final = split (V5.1): tot = (0 + R0..R3) + (0 + S0..S3).
 //   moe.wide_live_rows = exclude_pad (V2): in wide steps a pad row's routed slots are no
 //   expert's use (slot_joins): not computed (+0, midsc of a zero block), zero rows in the down.
 // Kernels: routing (a thread a token); up/gate (one block an (expert, 32 mid rows) and
@@ -386,6 +388,20 @@ struct DownBody {
           }
           pk[q] = K4_MUTANT_ON(70) ? sh : acc;
           pk[kQuarters + q] = K4_MUTANT_ON(70) ? 0.0f : sh;
+        } else if (cfg.wide_down_order != 0) {  // V3: expert E_u's chunks q then q + 4, u = 0..nu
+          const int nu = uexp[kMaxTokens * 4 + 1];
+          float acc = 0.0f;
+          for (int it = 0; it < 2 * u_max; ++it) {
+            const int du = it / 2, c_raw = q + 4 * (it % 2), dkc = c_raw < KC - 1 ? c_raw : KC - 1;
+            float term = 0.0f;
+            if (c_raw < KC && du <= nu) {
+              const int slot = slot_for[k * u_max + du];
+              if (slot >= 0) term = unit(slot, dkc) * wts[k * SL + slot];
+              else term = znan[(du * kDnRows + rr) * KC + dkc] ? f32_from_bits(kCanonicalNan) : 0.0f;  // zero row x 0
+            }
+            acc = acc + term;
+          }
+          pk[q] = acc;
         } else {
           // the table's units; under shared_fp8 (V6.1) the routed experts' only
           const int nu = uexp[kMaxTokens * 4 + 1], n_units = (cfg.shared_fp8 ? nu : nu + 1) * KC;
@@ -416,9 +432,16 @@ struct DownBody {
       const int rr = i % kDnRows, k = i / kDnRows, row = task * kDnRows + rr;
       const float* pk = part + (size_t(k) * kDnRows + rr) * kQuarters * 2;
       float tot = 0.0f;
-      for (int q = 0; q < kQuarters; ++q) tot = K4_MUTANT_ON(69) && !wide ? (tot + pk[q]) + pk[kQuarters + q] : tot + pk[q];
-      if (!wide && !K4_MUTANT_ON(69))
-        for (int q = 0; q < kQuarters; ++q) tot = tot + pk[kQuarters + q];
+      if (!wide && cfg.narrow_final != 0) {  // V5.1: the routed and the shared chains, then one add
+        float tr = 0.0f, ts = 0.0f;
+        for (int q = 0; q < kQuarters; ++q) tr = tr + pk[q];
+        for (int q = 0; q < kQuarters; ++q) ts = ts + pk[kQuarters + q];
+        tot = tr + ts;
+      } else {
+        for (int q = 0; q < kQuarters; ++q) tot = K4_MUTANT_ON(69) && !wide ? (tot + pk[q]) + pk[kQuarters + q] : tot + pk[q];
+        if (!wide && !K4_MUTANT_ON(69))
+          for (int q = 0; q < kQuarters; ++q) tot = tot + pk[kQuarters + q];
+      }
       uint16_t p = bf16_bits_rne(tot);
       if (kPlantStage == 5 && r == 0 && k == 0 && row == 0) p ^= 1;
       a.partial[(size_t(r) * S + k) * HID + row] = p;

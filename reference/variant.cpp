@@ -29,7 +29,7 @@ const std::vector<VariantSwitch>& variant_switches() {
        [](const Variant& v) { return int(v.wide_live_rows); },
        [](Variant& v, int i) { v.wide_live_rows = WideRows(i); }},
       {"moe.wide_down_order", "V3", "the wide down's units: flat over the union (seed) or per expert (ATOM)",
-       {"flat", "per_expert"}, {true, false},
+       {"flat", "per_expert"}, {true, true},
        [](const Variant& v) { return int(v.wide_down_order); },
        [](Variant& v, int i) { v.wide_down_order = WideDownOrder(i); }},
       {"split.kv_scale", "V4", "the split's K / V scales: one a key, one a cache (aiter), vLLM's static 448, ATOM's vllm cache",
@@ -37,7 +37,7 @@ const std::vector<VariantSwitch>& variant_switches() {
        [](const Variant& v) { return int(v.kv_scale); },
        [](Variant& v, int i) { v.kv_scale = KvScale(i); }},
       {"moe.narrow_final", "V5.1", "the narrow down's final sum: one chain (seed) or routed and shared chains added (ATOM)",
-       {"one_chain", "split"}, {true, false},
+       {"one_chain", "split"}, {true, true},
        [](const Variant& v) { return int(v.narrow_final); },
        [](Variant& v, int i) { v.narrow_final = NarrowFinal(i); }},
       {"moe.shared_fp8", "V6.1", "the shared expert in MXFP8 (the seed's shared_fp8 build)",
@@ -154,6 +154,11 @@ void check_variant(const Variant& v) {
     throw std::invalid_argument("variant " + variant_name(v) +
                                 ": moe.shared_fp8 = on with moe.experts = mxfp8 is no build: MXFP8 experts keep the "
                                 "shared expert in their tables (VARIANTS.md V7), shared_fp8 takes it out of MXFP4 ones (V6.1)");
+  if (v.shared_fp8 && v.wide_down_order == WideDownOrder::per_expert)
+    throw std::invalid_argument("variant " + variant_name(v) +
+                                ": moe.shared_fp8 = on with moe.wide_down_order = per_expert is no build: ATOM's per-expert "
+                                "order (VARIANTS.md V3) runs on MXFP4 tables holding the shared expert, shared_fp8 puts its "
+                                "units after the table's (V6.1)");
 }
 
 }  // namespace k4

@@ -252,8 +252,35 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
             sh[q] = sh[q] + unit(top_k, std::min(j, KC - 1)) * wgt;
           }
         }
-        for (int q = 0; q < 4; ++q) tot = tot + acc[q];
-        for (int q = 0; q < 4; ++q) tot = tot + sh[q];
+        if (cfg.variant.narrow_final == NarrowFinal::split) {  // V5.1: two chains, then one add
+          float tr = 0.0f, ts = 0.0f;
+          for (int q = 0; q < 4; ++q) tr = tr + acc[q];
+          for (int q = 0; q < 4; ++q) ts = ts + sh[q];
+          tot = tr + ts;
+        } else {
+          for (int q = 0; q < 4; ++q) tot = tot + acc[q];
+          for (int q = 0; q < 4; ++q) tot = tot + sh[q];
+        }
+      } else if (cfg.variant.wide_down_order == WideDownOrder::per_expert) {
+        // V3: quarter q takes, for u = 0..nu in order, expert E_u's chunks q then q + 4
+        for (int q = 0; q < 4; ++q) {
+          float acc = 0.0f;
+          for (int i = 0; i < 2 * u_max; ++i) {
+            const int du = i / 2, c_raw = q + 4 * (i % 2), dkc = std::min(c_raw, KC - 1);
+            float term = 0.0f;
+            if (c_raw < KC && du <= nu) {
+              const int slot = urow[size_t(k) * (nu + 1) + du];
+              if (slot >= 0) {
+                term = unit(slot, dkc) * weight(slot);
+              } else {
+                const float z = nan_of_du[du][size_t(row) * KC + dkc] ? f32_from_bits(kCanonicalNan) : 0.0f;
+                term = z * 0.0f;
+              }
+            }
+            acc = acc + term;
+          }
+          tot = tot + acc;
+        }
       } else {
         for (int q = 0; q < 4; ++q) {
           float acc = 0.0f;

@@ -14,6 +14,10 @@
 //   down, wide (S >= 5): units over the distinct experts in id order (shared last), chunk
 //     within; acc += ok ? mfma * w : 0 (w = 0 where the token did not route there);
 //     tot = 0 + A0 + A1 + A2 + A3.
+//   moe.wide_down_order = per_expert (V3, ATOM): quarter q takes, for u = 0..nu in order,
+//     (E_u, chunk q) then (E_u, chunk q + 4) where the chunk exists, over 2 U_MAX iterations;
+//     tot = 0 + A0 + A1 + A2 + A3.
+//   moe.narrow_final = split (V5.1, ATOM fork): tot = (0 + R0 + .. + R3) + (0 + S0 + .. + S3).
 //   ar_out = rank-ordered sum (W == 1: the partial itself).
 //   moe.wide_live_rows = exclude_pad (V2, wide steps only): a pad row's routed slots join no
 //     expert: the distinct list, the up/gate uses and the down tables count live rows only

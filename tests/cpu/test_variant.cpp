@@ -12,6 +12,7 @@
 #include "golden/format/schema.hpp"
 #include "reference/config.hpp"
 #include "reference/model.hpp"
+#include "reference/numerics/bf16.hpp"
 #include "tests/cpu/float64_model.hpp"
 #include "reference/variant.hpp"
 #include "tests/cpu/cli_run.hpp"
@@ -215,6 +216,60 @@ TEST_CASE("moe.wide_live_rows = exclude_pad: with no pad rows the seed's bits; a
       moved = moved || !std::equal(sa.ranks[0].moe.partial.begin() + k * c.hidden, sa.ranks[0].moe.partial.begin() + (k + 1) * c.hidden,
                                    sb.ranks[0].moe.partial.begin() + k * c.hidden);
   CHECK_MESSAGE(moved, "the seed's union did not move a live row: the case does not tell the rules apart");
+}
+
+// V3 (docs/numerics.md §13): ATOM's per-expert wide down. A row's partial depends on its own
+// experts only: batch invariant across wide steps whose other rows route elsewhere.
+TEST_CASE("moe.wide_down_order = per_expert: a row's partial is the same whatever the other rows route to") {
+  Config c = preset("tiny", 1);  // inter 128: one chunk a unit; the flat order puts rank u in quarter u % 4
+  const LayerWeights w0 = test::random_layer(c, 7);
+  LayerWeights w3 = w0;
+  w3.cfg.variant.wide_down_order = WideDownOrder::per_expert;
+  const StepInputs a = test::random_step(c, {6, {3000, 900, 5000, 20, 2500, 400}, 1, 10});
+  int seed_moved = 0;
+  for (int t = 1; t <= 4; ++t) {
+    StepInputs b = a;
+    // the other rows' residual scaled and shifted: their routing (and the union) changes
+    for (int k = 1; k < 6; ++k)
+      for (int i = 0; i < c.hidden; ++i) b.shared.h_in[size_t(k) * c.hidden + i] ^= uint16_t((i * t + k) % 5 == 0 ? 0x8000 : 0);
+    const StepResult ra = run_step(w3, a), rb = run_step(w3, b);
+    REQUIRE(ra.ranks[0].route.ids != rb.ranks[0].route.ids);
+    const size_t H = size_t(c.hidden);
+    CAPTURE(t);
+    CHECK(std::equal(ra.ranks[0].moe.partial.begin(), ra.ranks[0].moe.partial.begin() + H, rb.ranks[0].moe.partial.begin()));
+    const StepResult sa = run_step(w0, a), sb = run_step(w0, b);
+    seed_moved += !std::equal(sa.ranks[0].moe.partial.begin(), sa.ranks[0].moe.partial.begin() + H, sb.ranks[0].moe.partial.begin());
+  }
+  CHECK_MESSAGE(seed_moved > 0, "the seed's flat order never moved row 0: the case does not tell the orders apart");
+  // narrow steps are not the wide down: the seed's bits
+  const StepInputs n = test::random_step(c, {3, {3000, 900, 5000}, 1, 11});
+  CHECK(f64::diff_step(run_step(w0, n), run_step(w3, n)).empty());
+}
+
+// V5.1: ATOM's narrow final sum (routed chain + shared chain) against the seed's one chain.
+TEST_CASE("moe.narrow_final = split: VARIANTS.md's example, and only narrow steps change") {
+  // R0 = 1 + 2^-8, S0 = S1 = 2^-24: one chain drops each 2^-24 (half an ulp, to even), bf16
+  // of the tie 0x3F808000 is 0x3F80; split adds 2^-23 to R0: 0x3F808001 -> bf16 0x3F81
+  const float r0 = 1.0f + 0x1p-8f, s0 = 0x1p-24f;
+  float one = 0.0f;
+  for (float x : {r0, 0.0f, 0.0f, 0.0f, s0, s0, 0.0f, 0.0f}) one = one + x;
+  const float split = (((0.0f + r0) + 0.0f) + 0.0f + 0.0f) + (((0.0f + s0) + s0) + 0.0f + 0.0f);
+  CHECK(bf16_bits_rne(one) == 0x3F80);
+  CHECK(bf16_bits_rne(split) == 0x3F81);
+  Config c = preset("tiny", 2);
+  const LayerWeights w0 = test::random_layer(c, 8);
+  LayerWeights w5 = w0;
+  w5.cfg.variant.narrow_final = NarrowFinal::split;
+  const StepInputs wide = test::random_step(c, {6, {3000, 900, 5000, 20, 2500, 400}, 1, 12});
+  CHECK(f64::diff_step(run_step(w0, wide), run_step(w5, wide)).empty());
+  int moved = 0;
+  for (uint64_t sd = 1; sd <= 3; ++sd) {
+    const StepInputs nar = test::random_step(c, {4, {3000, 900, 5000, 20}, 1, sd});
+    const StepResult a = run_step(w0, nar), b = run_step(w5, nar);
+    CHECK(a.ranks[0].router.key == b.ranks[0].router.key);
+    moved += a.ranks[0].moe.partial != b.ranks[0].moe.partial;
+  }
+  CHECK_MESSAGE(moved > 0, "split never changed a narrow partial");
 }
 
 TEST_CASE("k4 golden --variant; the golden's variant attribute; inspect shows it; diff refuses another variant") {

@@ -86,6 +86,13 @@ std::vector<GoldenCase> golden_cases() {
     sc.pad_rows = {1, 5};
     v.back().variant = "aiter";
   }
+  {
+    Scenario& sc = add("atom: per-expert wide down, narrow final split, pad rows out (V2, V3, V5.1)", "small", 2, 9, {"medium", "0", "short"});
+    sc.pad_rows = {4};
+    v.back().variant = "atom";
+  }
+  add("atom narrow step (V5.1)", "tiny", 2, 4, {"medium", "short"});
+  v.back().variant = "atom";
   v.push_back(v[0]);
   v.back().name = "selected KV form";
   v.back().kv_form = "selected";

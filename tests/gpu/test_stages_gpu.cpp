@@ -651,10 +651,11 @@ TEST_CASE("router variants") {
   }
 }
 
-// Pad rows out of the wide MoE (V2, moe.wide_live_rows = exclude_pad) and aiter's whole set
-// (V1 + V2): wide steps with pad rows, whose routed slots are no expert's use, and narrow ones.
+// Pad rows out of the wide MoE (V2, moe.wide_live_rows = exclude_pad), aiter's whole set
+// (V1 + V2) and ATOM's (V2 + V3's per-expert wide down + V5.1's narrow final sum): wide steps
+// with pad rows, whose routed slots are no expert's use, and narrow ones.
 TEST_CASE("pad rows out of the wide MoE") {
-  for (const char* spec : {"moe.wide_live_rows=exclude_pad", "aiter"}) {
+  for (const char* spec : {"moe.wide_live_rows=exclude_pad", "aiter", "atom", "moe.wide_down_order=per_expert"}) {
     for (int tp : {1, 2}) {
       Config cfg = preset("tiny", tp);
       cfg.variant = parse_variant(spec);

@@ -235,14 +235,30 @@ TEST_CASE("moe.wide_live_rows = exclude_pad: with no pad rows the seed's bits; a
       CHECK(any == (s == c.top_k));
     }
   }
-  // under the seed's rule the same change moves live rows (its experts join the union)
-  const StepResult sa = run_step(w0, in), sb = run_step(w0, in_b);
-  bool moved = false;
-  for (int k = 0; k < 7; ++k)
-    if (k != 2)
-      moved = moved || !std::equal(sa.ranks[0].moe.partial.begin() + k * c.hidden, sa.ranks[0].moe.partial.begin() + (k + 1) * c.hidden,
-                                   sb.ranks[0].moe.partial.begin() + k * c.hidden);
-  CHECK_MESSAGE(moved, "the seed's union did not move a live row: the case does not tell the rules apart");
+  // under the seed's rule a pad row's experts join the union: routed to 0, 1, 2 (below the
+  // live rows' 20 and 21), they shift the live experts' ranks, hence their quarters
+  {
+    const RankResult& A0 = a.ranks[0];
+    RouteOut rt = A0.route;
+    for (int s = 0; s < c.top_k; ++s) rt.ids[size_t(2) * SL + s] = s < 3 ? s : 31;
+    auto partials = [&](const Config& cc, RouteOut route) {
+      route.live = live_rows(cc, in.shared.seq_lens);
+      MoeOut m;
+      experts_up_gate(m, route, A0.router, *w0.experts, 0, 7, cc);
+      experts_down(m, route, *w0.experts, 0, 7, cc);
+      return m.partial;
+    };
+    const std::vector<uint16_t> s0 = partials(w0.cfg, A0.route), s1 = partials(w0.cfg, rt);
+    const std::vector<uint16_t> v0 = partials(w2.cfg, A0.route), v1 = partials(w2.cfg, rt);
+    bool seed_moved = false;
+    for (int k = 0; k < 7; ++k) {
+      if (k == 2) continue;
+      const size_t H = size_t(c.hidden);
+      CHECK(std::equal(v0.begin() + k * H, v0.begin() + (k + 1) * H, v1.begin() + k * H));
+      seed_moved = seed_moved || !std::equal(s0.begin() + k * H, s0.begin() + (k + 1) * H, s1.begin() + k * H);
+    }
+    CHECK_MESSAGE(seed_moved, "the seed's union did not move a live row: the case does not tell the rules apart");
+  }
 }
 
 // V3 (docs/numerics.md §13): ATOM's per-expert wide down. A row's partial depends on its own

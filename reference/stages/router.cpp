@@ -35,38 +35,36 @@ float rms_norm(uint16_t* xn, const float* v, const RankWeights& w, const Config&
   return rstd;
 }
 
-// Gate logit of expert e (gw (seed:L1337-L1347), accs (seed:L1446-L1461)): 4 fdot2 chains a
-// lane, then wave_sum.
-float gate_logit(const uint16_t* gate_row, const uint16_t* xn, const Config& cfg) {
+// The gate's order (gw (seed:L1337-L1347), accs (seed:L1446-L1461)): lane l's 4 chains j run
+// over the element pairs el = (64 i + l) 8 + 2 j, acc[j] = pair(acc[j], el); the lane's value
+// (acc0 + acc1) + (acc2 + acc3); then wave_sum.
+template <class PairStep>
+float gate_chains(const Config& cfg, PairStep pair) {
   float lanes[kWaveLanes];
   for (int lane = 0; lane < kWaveLanes; ++lane) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int i = 0; i < cfg.hidden / 512; ++i)
-      for (int j = 0; j < 4; ++j) {
-        const int el = (i * 64 + lane) * 8 + 2 * j;
-        const uint32_t gw = uint32_t(gate_row[el]) | (uint32_t(gate_row[el + 1]) << 16);
-        const uint32_t xv = uint32_t(xn[el]) | (uint32_t(xn[el + 1]) << 16);
-        acc[j] = fdot2_bf16(gw, xv, acc[j]);
-      }
+      for (int j = 0; j < 4; ++j) acc[j] = pair(acc[j], (i * 64 + lane) * 8 + 2 * j);
     lanes[lane] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
   }
   return wave_sum(lanes);
 }
 
+// Gate logit of expert e: the pair step one fdot2 on the bf16 gate.
+float gate_logit(const uint16_t* gate_row, const uint16_t* xn, const Config& cfg) {
+  return gate_chains(cfg, [&](float acc, int el) {
+    const uint32_t gw = uint32_t(gate_row[el]) | (uint32_t(gate_row[el + 1]) << 16);
+    const uint32_t xv = uint32_t(xn[el]) | (uint32_t(xn[el + 1]) << 16);
+    return fdot2_bf16(gw, xv, acc);
+  });
+}
+
 // Gate logit of expert e under router.gate = f32 (VARIANTS.md V1a): the same lanes, chains
 // and element pairs, the pair step two IEEE fmas on the F32 gate (the even element first).
 float gate_logit_f32(const float* gate_row, const uint16_t* xn, const Config& cfg) {
-  float lanes[kWaveLanes];
-  for (int lane = 0; lane < kWaveLanes; ++lane) {
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int i = 0; i < cfg.hidden / 512; ++i)
-      for (int j = 0; j < 4; ++j) {
-        const int el = (i * 64 + lane) * 8 + 2 * j;
-        acc[j] = fma_f32(gate_row[el + 1], bf16_to_f32(xn[el + 1]), fma_f32(gate_row[el], bf16_to_f32(xn[el]), acc[j]));
-      }
-    lanes[lane] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-  }
-  return wave_sum(lanes);
+  return gate_chains(cfg, [&](float acc, int el) {
+    return fma_f32(gate_row[el + 1], bf16_to_f32(xn[el + 1]), fma_f32(gate_row[el], bf16_to_f32(xn[el]), acc));
+  });
 }
 
 }  // namespace

@@ -39,7 +39,8 @@ bool fast_moe_supported(const DevCfg& cfg, int tokens) {
 #else
   const int KB = cfg.hidden / 32;
   return cfg.waves == 8 && KB % (4 * cfg.waves) == 0 && cfg.inter % 128 == 0 && tokens >= 1 && tokens <= 16 &&
-         cfg.moe_slots <= 8 && cfg.shared_fp8 == 0 && cfg.experts == 0 && cfg.hidden % 128 == 0;  // MXFP4 experts only
+         cfg.moe_slots <= 8 && cfg.shared_fp8 == 0 && cfg.experts == 0 && cfg.hidden % 128 == 0 &&
+         cfg.wide_live_rows == 0;  // MXFP4 experts only; V2 exclude_pad: the fast up/gate has no slot_joins yet
 #endif
 }
 

@@ -301,8 +301,8 @@ struct Runner::Impl {
   void stage_up_gate_fast() {
     const size_t H = cfg.hidden;
     launch_e4m3_limbs(LimbsArgs{xlimbs.get(), xnan.get(), xn8.get(), W * S, int(H)}, st);
-    // TODO(V2): the fast up/gate (moe_fast.cu) does not apply slot_joins yet: it computes a pad
-    // row's routed slots (the expert list below does zero them first)
+    // V2 (exclude_pad) does not come here: the fast up/gate has no slot_joins (it would compute a
+    // pad row's routed slots), so fast_moe_supported sends such steps to moe.cu's kernels
     launch_expert_list(UpGateArgs{mid.get(), gate.get(), up.get(), mid8.get(), midsc.get(), ulist.get(), ids.get(),
                                   xn8.get(), xsc.get(), live.get(), ex.table(), S, W, dc},
                        st);

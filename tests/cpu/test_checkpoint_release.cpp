@@ -139,7 +139,9 @@ TEST_CASE("weight prep: Quark's even MXFP4 scale, the OCP floor, the PTPC floor 
   float blk[32] = {};
   uint8_t nib[32];
   const std::pair<float, std::pair<int, int>> table[] = {{1.7f, {125, 125}}, {1.75f, {126, 125}}, {7.0f, {128, 127}}, {6.0f, {127, 127}}};
-  for (const auto& [amax, bytes] : table) {
+  for (const auto& row : table) {
+    const float amax = row.first;  // not a structured binding: clang's C++17 lambdas (CAPTURE) cannot capture those
+    const auto& bytes = row.second;
     CAPTURE(amax);
     blk[0] = amax;
     CHECK(prep::mxfp4_block(blk, MxScale::Even, nib) == bytes.first);

@@ -235,6 +235,14 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
     for (int k = 0; k < tokens; ++k) {
       auto unit = [&](int s, int kc) { return dcu[((size_t(k) * SL + s) * HID + row) * KC + kc]; };
       auto weight = [&](int s) { return route.weights[size_t(k) * SL + s]; };
+      // distinct expert du's chunk dkc in the wide down: token k's unit times its weight, or the
+      // zero mid row's (every block +0, scaled +0: NaN if a weight scale is)
+      auto table_term = [&](int du, int dkc) {
+        const int slot = urow[size_t(k) * (nu + 1) + du];
+        if (slot >= 0) return unit(slot, dkc) * weight(slot);
+        const float z = nan_of_du[du][size_t(row) * KC + dkc] ? f32_from_bits(kCanonicalNan) : 0.0f;
+        return z * 0.0f;
+      };
       float tot = 0.0f;
       if (!wide) {
         float acc[4], sh[4];
@@ -268,15 +276,7 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
           for (int i = 0; i < 2 * u_max; ++i) {
             const int du = i / 2, c_raw = q + 4 * (i % 2), dkc = std::min(c_raw, KC - 1);
             float term = 0.0f;
-            if (c_raw < KC && du <= nu) {
-              const int slot = urow[size_t(k) * (nu + 1) + du];
-              if (slot >= 0) {
-                term = unit(slot, dkc) * weight(slot);
-              } else {
-                const float z = nan_of_du[du][size_t(row) * KC + dkc] ? f32_from_bits(kCanonicalNan) : 0.0f;
-                term = z * 0.0f;
-              }
-            }
+            if (c_raw < KC && du <= nu) term = table_term(du, dkc);
             acc = acc + term;
           }
           tot = tot + acc;
@@ -286,19 +286,7 @@ void experts_down(MoeOut& out, const RouteOut& route, const ExpertSource& src, i
           float acc = 0.0f;
           for (int i = 0; i < dn_witers; ++i) {
             const int j = q + 4 * i;
-            const bool ok = j < n_tbl_units;
-            float term = 0.0f;
-            if (ok) {
-              const int du = std::min(j / KC, u_max - 1), dkc = j % KC;
-              const int slot = urow[size_t(k) * (nu + 1) + du];
-              if (slot >= 0) {
-                term = unit(slot, dkc) * weight(slot);
-              } else {
-                // the zero mid row: every block is +0, scaled +0 -- NaN if a weight scale is
-                const float z = nan_of_du[du][size_t(row) * KC + dkc] ? f32_from_bits(kCanonicalNan) : 0.0f;
-                term = z * 0.0f;
-              }
-            }
+            const float term = j < n_tbl_units ? table_term(std::min(j / KC, u_max - 1), j % KC) : 0.0f;
             acc = acc + term;
           }
           // V6.1, shared_fp8 (seed:L2217-L2235), shared_fp8 (seed:L2291-L2306): the MXFP8 shared expert's units

@@ -9,9 +9,10 @@
 //   K4_WARP_SIZE     32 on NVIDIA, 64 on AMD (a compile-time constant; also k4::kWarpSize)
 //   K4_HIP_CHECK(e)  throws std::runtime_error("file:line: e: <error string>") unless e is
 //                    hipSuccess; K4_HIP_CHECK_LAUNCH() checks the last kernel launch
-//   k4_shfl_xor / k4_shfl / k4_shfl_down / k4_shfl_up: HIP's shuffles (all lanes of the warp
-//                    must take part on NVIDIA: they map to the *_sync forms with a full mask);
-//                    under nvcc the HIP names __shfl_xor etc. are macros for these.
+//   k4_shfl_xor / k4_shfl: the HIP shuffles the kernels use (all lanes of the warp must take
+//                    part on NVIDIA: they map to the *_sync forms with a full mask); under nvcc
+//                    the HIP names __shfl_xor and __shfl are macros for these. Add another
+//                    shuffle here when a kernel first needs it.
 //   k4::DeviceBuffer<T>: an owning device allocation (hipMalloc / hipFree).
 //
 // Add a mapping here when a kernel needs one more HIP call: never include CUDA headers or
@@ -35,10 +36,6 @@ template <class T>
 __device__ inline T k4_shfl_xor(T v, int lane_mask, int width = K4_WARP_SIZE) { return __shfl_xor(v, lane_mask, width); }
 template <class T>
 __device__ inline T k4_shfl(T v, int src_lane, int width = K4_WARP_SIZE) { return __shfl(v, src_lane, width); }
-template <class T>
-__device__ inline T k4_shfl_down(T v, unsigned delta, int width = K4_WARP_SIZE) { return __shfl_down(v, delta, width); }
-template <class T>
-__device__ inline T k4_shfl_up(T v, unsigned delta, int width = K4_WARP_SIZE) { return __shfl_up(v, delta, width); }
 
 #elif defined(__CUDACC__)
 // ------------------------------------------------------------------------------ NVIDIA (CUDA)
@@ -149,18 +146,8 @@ template <class T>
 __device__ inline T k4_shfl(T v, int src_lane, int width = K4_WARP_SIZE) {
   return __shfl_sync(0xFFFFFFFFu, v, src_lane, width);
 }
-template <class T>
-__device__ inline T k4_shfl_down(T v, unsigned delta, int width = K4_WARP_SIZE) {
-  return __shfl_down_sync(0xFFFFFFFFu, v, delta, width);
-}
-template <class T>
-__device__ inline T k4_shfl_up(T v, unsigned delta, int width = K4_WARP_SIZE) {
-  return __shfl_up_sync(0xFFFFFFFFu, v, delta, width);
-}
 #define __shfl_xor k4_shfl_xor
 #define __shfl k4_shfl
-#define __shfl_down k4_shfl_down
-#define __shfl_up k4_shfl_up
 
 #else
 #error "device/compat.hpp is for device sources: compile them with nvcc or hipcc"

@@ -171,4 +171,17 @@ StepInputs random_step(const Config& cfg, const StepSpec& spec) {
   return in;
 }
 
+void one_token_split_step(const Config& cfg, int seq_len, StepShared& sh, StepRank& rk) {
+  constexpr uint8_t kE4NaN = 0x7F;
+  const int nb = (seq_len + cfg.sparse_block - 1) / cfg.sparse_block;
+  sh.tokens = 1, sh.q_len = 1, sh.seq_lens = {seq_len};
+  sh.bt_width = sh.score_width = nb;
+  for (int b = 0; b < nb; ++b) sh.block_table.push_back(b), rk.index_scores.push_back(0.0f);
+  sh.h_in.assign(cfg.hidden, 0);
+  rk.n_pages = nb * cfg.kv_page_stride;  // block b's pages are 16b + j (kv_page_stride)
+  rk.q.assign(cfg.o_k(), 0);
+  rk.k_cache.assign(size_t(rk.n_pages) * cfg.page * cfg.head_dim, kE4NaN);
+  rk.v_cache.assign(size_t(rk.n_pages) * cfg.page * cfg.head_dim, kE4NaN);
+}
+
 }  // namespace k4::test

@@ -35,4 +35,11 @@ struct StepSpec {
 };
 StepInputs random_step(const Config& cfg, const StepSpec& spec);
 
+// One decode token of seq_len keys for the split stage's hand-worked cases: block b's table
+// entry is b (its pages 16b + j: kv_page_stride 16), every index score 0 (a short context selects blocks in
+// id order), q = +0, and both caches all NaN bytes (E4M3 0x7F), so a key the contract masks
+// and the model reads anyway shows up as a NaN. The scales are the caller's (per key or one a
+// cache, by the KV-scale mode under test).
+void one_token_split_step(const Config& cfg, int seq_len, StepShared& sh, StepRank& rk);
+
 }  // namespace k4::test

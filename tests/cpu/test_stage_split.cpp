@@ -17,6 +17,7 @@
 #include "reference/inputs.hpp"
 #include "reference/stages/index.hpp"
 #include "reference/stages/split.hpp"
+#include "tests/cpu/fixtures.hpp"
 #include "tests/cpu/float64_model.hpp"
 
 namespace {
@@ -24,7 +25,6 @@ namespace {
 using k4::Config;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr uint8_t kE4NaN = 0x7F;
 
 float bf(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
 uint16_t bf_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t(u >> 16); }  // exact values only
@@ -38,15 +38,7 @@ struct OneToken {
   k4::IndexOut idx;
   k4::SplitOut out;
   explicit OneToken(int seq_len) {
-    const int nb = (seq_len + 127) / 128;
-    sh.tokens = 1, sh.q_len = 1, sh.seq_lens = {seq_len};
-    sh.bt_width = sh.score_width = nb;
-    for (int b = 0; b < nb; ++b) sh.block_table.push_back(b), rk.index_scores.push_back(0.0f);
-    sh.h_in.assign(cfg.hidden, 0);
-    rk.n_pages = nb * 16;
-    rk.q.assign(cfg.o_k(), 0);
-    rk.k_cache.assign(size_t(rk.n_pages) * 2048, kE4NaN);
-    rk.v_cache.assign(size_t(rk.n_pages) * 2048, kE4NaN);
+    k4::test::one_token_split_step(cfg, seq_len, sh, rk);
     rk.k_scale.assign(size_t(rk.n_pages) * 16, kNaN);
     rk.v_scale.assign(size_t(rk.n_pages) * 16, kNaN);
   }

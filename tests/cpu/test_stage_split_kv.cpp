@@ -46,15 +46,7 @@ struct KvToken {
   k4::SplitOut out;
   KvToken(int seq_len, KvScale mode, float ks, float vs) {
     cfg.variant.kv_scale = mode;
-    const int nb = (seq_len + 127) / 128;
-    sh.tokens = 1, sh.q_len = 1, sh.seq_lens = {seq_len};
-    sh.bt_width = sh.score_width = nb;
-    for (int b = 0; b < nb; ++b) sh.block_table.push_back(b), rk.index_scores.push_back(0.0f);
-    sh.h_in.assign(cfg.hidden, 0);
-    rk.n_pages = nb * 16;
-    rk.q.assign(cfg.o_k(), 0);
-    rk.k_cache.assign(size_t(rk.n_pages) * 2048, kE4NaN);
-    rk.v_cache.assign(size_t(rk.n_pages) * 2048, kE4NaN);
+    k4::test::one_token_split_step(cfg, seq_len, sh, rk);
     rk.k_scale = {ks};
     rk.v_scale = {vs};
   }

@@ -27,6 +27,7 @@
 #      k4_gpu_tests -ts=gpu_exact_mma       the integer tensor-core block dots, every tile
 #      k4_gpu_tests -ts=gpu_golden          goldens -> device -> dumps -> diff (gpu::run_golden)
 #      k4 golden | k4_device run --diff | k4 diff   the tools end to end, tiny and full preset
+#      k4 golden --weights-file | k4_device run --diff   written and reused; moved without it: exit 2
 #      the crash guard in this static build: K4_GUARD_SELFTEST (exit 2 / 70), k4 diff on
 #      tests/fuzz/libhdf5's corrupt dumps (exit 2), k4_device run on a truncated golden (exit 2)
 #   2. k4_gpu_tests_plantN -tc="plant probe" for N = 0..5: must FAIL and name stage N
@@ -164,6 +165,27 @@ run() {
     else note "k4 golden + k4_device run + k4 diff, $p tp $tp S $S: rc=$rc"; status=1; fi
     grep -E "^k4_device run: config|first divergence|tensors" "$out/tools.log" | tail -3 >>"$sum"
   done
+  # a golden of `k4 golden --weights-file` (its w_o and expert rows virtual datasets over the
+  # weights file beside it; issue 13): k4_device run --diff matches, for the golden that wrote
+  # the file and one that reused it; moved without its weights file: exit 2 naming both files,
+  # no dump written
+  t0=$SECONDS
+  local wk=0 wd=$work/wf
+  mkdir -p "$wd/moved"
+  for s in 1 2; do
+    timeout 120 "$suite/k4" golden --preset tiny --tp 2 --tokens 7 --context 20000 --seed $s --weights-file "$wd/layer.weights.h5" \
+      --out "$wd/g$s.h5" >>"$out/tools.log" 2>&1 &&
+      timeout 120 "$suite/k4_device" run "$wd/g$s.h5" -o "$wd/d$s.h5" --diff >>"$out/tools.log" 2>&1 || wk=1
+  done
+  cp "$wd/g1.h5" "$wd/moved/g.h5"
+  rc=0
+  timeout 60 "$suite/k4_device" run "$wd/moved/g.h5" -o "$wd/moved/d.h5" >"$wd/moved.log" 2>&1 || rc=$?
+  cat "$wd/moved.log" >>"$out/tools.log"
+  [[ $rc -eq 2 && ! -e $wd/moved/d.h5 ]] && grep -q "golden $wd/moved/g.h5: its weights are in the weights file 'layer.weights.h5'.*not at $wd/moved/layer.weights.h5" "$wd/moved.log" || wk=1
+  if [[ $wk -eq 0 ]]; then note "weights-file goldens (tiny tp 2 S 7, written + reused): k4_device run --diff match; moved without the weights file: exit 2 naming both files ($((SECONDS - t0)) s)"
+  else note "weights-file goldens: FAIL (tools.log; moved run rc=$rc)"; status=1; fi
+  tail -1 "$wd/moved.log" | cut -c1-300 >>"$sum"
+
   # the crash guard in the static build (HDF5 linked in): K4_GUARD_SELFTEST's crash inside
   # libhdf5 is "the file is corrupt", exit 2, its crash in k4 exit 70, for k4 and k4_device;
   # the corrupt dumps of tests/fuzz/libhdf5 exit 2 without a signal (whether this libhdf5.a

@@ -23,6 +23,7 @@
 #include "golden/io/hdf5.hpp"
 #include "golden/inputs/scenario.hpp"
 #include "golden/format/schema.hpp"
+#include "golden/format/weights_file.hpp"
 #include "golden/inputs/synth.hpp"
 #include "reference/model.hpp"
 
@@ -127,7 +128,9 @@ struct TempDir {
   std::string path(const std::string& n) const { return (dir / n).string(); }
 };
 
-std::string make_golden(const GoldenCase& c, const std::string& path, uint64_t seed) {
+// weights_file: non-empty gives a golden of `k4 golden --weights-file` (written there first
+// when absent): its w_o and expert tables are virtual datasets over that file.
+std::string make_golden(const GoldenCase& c, const std::string& path, uint64_t seed, const std::string& weights_file = "") {
   Config cfg = preset(c.preset, c.tp);
   apply_scenario(c.scn, cfg);
   if (*c.variant) cfg.variant = parse_variant(c.variant);
@@ -139,6 +142,13 @@ std::string make_golden(const GoldenCase& c, const std::string& path, uint64_t s
   meta.scenario_json = scenario_to_json(c.scn);
   meta.weight_seed = seed, meta.input_seed = seed;
   meta.kv_form = c.kv_form;
+  if (!weights_file.empty()) {
+    golden::WeightsSource src;
+    src.weight_seed = seed;
+    meta.weights_file = weights_file;
+    meta.weights_file_hash = fs::exists(weights_file) ? golden::WeightsFile(weights_file).hash()
+                                                      : golden::write_weights_file(weights_file, w, src);
+  }
   golden::write_golden(path, w, in, res, meta, golden::WriteOptions{});
   return path;
 }
@@ -175,6 +185,48 @@ TEST_CASE("golden -> device -> dump: every tensor of every stage bit-exact (k4_d
                 c.scn.tokens, (unsigned long long)rep.tensors_compared, r.seconds);
     ++n;
   }
+}
+
+// k4 golden --weights-file: the device runner reads the golden's virtual w_o and expert rows
+// through the weights file beside it (issue 13); moved without it, the run is refused naming
+// both files, before the device runs and with no dump written.
+TEST_CASE("golden with a weights file -> device -> dump: bit-exact; moved without its weights file: refused") {
+  TempDir t;
+  GoldenCase c{"weights file, wide", "tiny", 2, Scenario{}};
+  c.scn.tokens = 7;
+  c.scn.context = {"long", "short", "medium", "long", "0", "short", "2000"};  // one a row
+  const std::string wf = t.path("layer.weights.h5");
+  const std::string g = make_golden(c, t.path("g.h5"), 41, wf);
+  {
+    h5::File f(g, h5::File::Mode::ReadOnly);
+    REQUIRE(f.root().open_dataset("/rank1/moe/inputs/w13").is_virtual());
+    REQUIRE(f.root().open_dataset("/rank0/oproj/inputs/w_o").is_virtual());
+  }
+  gpu::GoldenRunOptions o;
+  o.golden = g, o.dump = t.path("d.h5");
+  const gpu::GoldenRunResult r = gpu::run_golden(o);
+  CHECK_MESSAGE(r.moe_skipped.empty(), r.moe_skipped);
+  CHECK(r.last_stage == 5);
+  const golden::DiffReport rep = golden::diff_files(g, o.dump, golden::DiffOptions{});
+  if (rep.any_mismatch()) std::printf("MISMATCH weights-file golden:\n%s\n", golden::report_text(rep).c_str());
+  CHECK(rep.exit_code(true) == 0);
+  CHECK(rep.tensors_compared == outputs_a_rank() * size_t(c.tp));
+  // the same step's self-contained golden: the device's dump is the same one
+  const std::string g2 = make_golden(c, t.path("self.h5"), 41);
+  CHECK(golden::diff_files(g2, o.dump, golden::DiffOptions{}).exit_code(true) == 0);
+  std::printf("gpu_golden: %-36s %s tp%d S=%2d: %llu tensors bit-exact, device step %.3f s\n", c.name, c.preset, c.tp,
+              c.scn.tokens, (unsigned long long)rep.tensors_compared, r.seconds);
+  // moved without its weights file
+  fs::create_directories(t.dir / "moved");
+  const std::string mg = (t.dir / "moved" / "g.h5").string();
+  fs::copy_file(g, mg);
+  gpu::GoldenRunOptions m;
+  m.golden = mg, m.dump = t.path("moved/d.h5");
+  const std::string named_golden = mg + ": its weights are in the weights file 'layer.weights.h5'";
+  const std::string named_file = (t.dir / "moved" / "layer.weights.h5").string();
+  CHECK_THROWS_WITH_AS(gpu::run_golden(m), doctest::Contains(named_golden.c_str()), golden::FormatError);
+  CHECK_THROWS_WITH_AS(gpu::run_golden(m), doctest::Contains(named_file.c_str()), golden::FormatError);
+  CHECK(!fs::exists(m.dump));
 }
 
 TEST_CASE("golden -> dump: a bit flipped in the dump is found at its stage; an existing dump is kept") {

@@ -185,6 +185,13 @@ void run_named_stage(const StageFns& fns, const std::string& stage, const Config
     RouteOut route;
     MoeOut o;
     fns.route_top4(route, ro, S, cfg);
+    if (cfg.variant.wide_live_rows == WideRows::exclude_pad) {  // V2: pad rows join no wide expert
+      const std::vector<int32_t> seq_lens = take<int32_t>(in, stage, "seq_lens");
+      if (seq_lens.size() != size_t(S))
+        throw std::invalid_argument("moe: input 'seq_lens' has " + std::to_string(seq_lens.size()) + " elements, expected tokens = " +
+                                    std::to_string(S));
+      route.live = live_rows(cfg, seq_lens);
+    }
     fns.experts_up_gate(o, route, ro, src, rank, S, cfg);
     fns.experts_down(o, route, src, rank, S, cfg);
     give(out, stage, "route_ids", d, route.ids);

@@ -128,6 +128,7 @@ const std::vector<TensorSpec>& tensor_specs() {
     {"moe/inputs", "logit", D::F32, "token,expert", "@router/outputs/logit", "stage 4 output"},
     {"moe/inputs", "sig", D::F32, "token,expert", "@router/outputs/sig", "stage 4 output"},
     {"moe/inputs", "key", D::I32, "token,expert", "@router/outputs/key", "stage 4 output"},
+    {"moe/inputs", "seq_lens", D::I32, "token", "/inputs/seq_lens", "moe.wide_live_rows = exclude_pad only: shared input (live rows: seq_len > 0, V2)"},
     {"moe/inputs", "expert_ids", D::I32, "used_expert", "", "the experts stored below: every id routed this step, ascending (the shared expert last)"},
     {"moe/inputs", "w13", D::E2M1X2, "expert_w13", "", "gate rows then up rows, E2M1 pairs (E4M3 under moe.experts = mxfp8)"},
     {"moe/inputs", "s13", D::E8M0, "used_expert,gate_up_row,hidden_block", "", "w13 block scales"},
@@ -213,8 +214,12 @@ std::string DimSizes::dims_of(const char* dims) const {
 
 DType DimSizes::dtype_of(const TensorSpec& s) const { return spec_dtype(s, cfg); }
 
+// (schema.hpp) ... and the link moe/inputs/seq_lens only under moe.wide_live_rows = exclude_pad
+// (V2: the moe stage alone derives its live rows from it).
 bool spec_present(const TensorSpec& s, const Config& c) {
   if (std::string(s.name) == "w_gate_f32") return c.variant.router_gate == RouterGate::f32;
+  if (std::string(s.group) == "moe/inputs" && std::string(s.name) == "seq_lens")  // V2: the stage derives its live rows
+    return c.variant.wide_live_rows == WideRows::exclude_pad;
   return std::string(s.dims).rfind("sh_expert,", 0) != 0 || c.variant.shared_fp8;
 }
 

@@ -54,9 +54,9 @@ struct Writer {
   }
 };
 
-void put_links(const h5::Group& g, const std::string& group, int rank) {
+void put_links(const h5::Group& g, const std::string& group, int rank, const Config& c) {
   for (const TensorSpec& s : tensor_specs()) {
-    if (group != s.group || s.link[0] == '\0') continue;
+    if (group != s.group || s.link[0] == '\0' || !spec_present(s, c)) continue;
     std::string target = s.link;
     if (target[0] == '@') target = "/rank" + std::to_string(rank) + "/" + target.substr(1);
     g.link_soft(s.name, target);
@@ -200,7 +200,7 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
     h5::Group g = stage("index", "inputs");
     g.set_attr("tokens", int64_t(in.shared.tokens));
     g.set_attr("q_len", int64_t(in.shared.q_len));
-    put_links(g, "index/inputs", r);
+    put_links(g, "index/inputs", r, c);
     put_or_link(W, g, "index/inputs", "index_scores", I.index_scores, in.ranks[0].index_scores, r);
     put_outputs(W, stage("index", "outputs"), "index", R);
   }
@@ -238,18 +238,18 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
         W.put(g, "split/inputs", "v_scale", gather_rows(I.v_scale, pages, size_t(c.page)));
       }
     }
-    put_links(g, "split/inputs", r);
+    put_links(g, "split/inputs", r, c);
     put_outputs(W, stage("split", "outputs"), "split", R);
   }
   // stage 2
   {
-    put_links(stage("merge", "inputs"), "merge/inputs", r);
+    put_links(stage("merge", "inputs"), "merge/inputs", r, c);
     put_outputs(W, stage("merge", "outputs"), "merge", R);
   }
   // stage 3
   {
     h5::Group g = stage("oproj", "inputs");
-    put_links(g, "oproj/inputs", r);
+    put_links(g, "oproj/inputs", r, c);
     if (W.weights_file.empty()) {
       W.put(g, "oproj/inputs", "w_o", w.w_o);
     } else {  // a virtual dataset over the weights file's /rank<r>/w_o
@@ -270,7 +270,7 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
   // stage 4
   {
     h5::Group g = stage("router", "inputs");
-    put_links(g, "router/inputs", r);
+    put_links(g, "router/inputs", r, c);
     put_or_link(W, g, "router/inputs", "g_post", w.g_post, w0.g_post, r);
     put_or_link(W, g, "router/inputs", "w_gate", w.w_gate, w0.w_gate, r);
     if (c.variant.router_gate == RouterGate::f32) put_or_link(W, g, "router/inputs", "w_gate_f32", w.w_gate_f32, w0.w_gate_f32, r);
@@ -280,7 +280,7 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
   // stage 5
   {
     h5::Group g = stage("moe", "inputs");
-    put_links(g, "moe/inputs", r);
+    put_links(g, "moe/inputs", r, c);
     const std::vector<int32_t> ids = used_experts(R.route, c);
     W.dims.used_experts = int(ids.size());
     g.set_attr("n_experts", int64_t(ids.size()));

@@ -308,11 +308,14 @@ pyb::dict moe_stage(const Config& cfg, const pyb::dict& t, int rank, const pyb::
     e->w2 = in.take<uint8_t>("sh_w2"), e->s2 = in.take<uint8_t>("sh_s2");
     src.by_id[cfg.shared_expert()] = e;
   }
+  // V2: under moe.wide_live_rows = exclude_pad the live rows come from seq_lens (the raw seq_len > 0)
+  const std::vector<int32_t> seq_lens = cfg.variant.wide_live_rows == WideRows::exclude_pad ? in.take<int32_t>("seq_lens") : std::vector<int32_t>{};
   RouteOut route;
   MoeOut out;
   {
     pyb::gil_scoped_release nogil;
     route_top4(route, ro, S, cfg);
+    if (cfg.variant.wide_live_rows == WideRows::exclude_pad) route.live = live_rows(cfg, seq_lens);
     experts_up_gate(out, route, ro, src, rank, S, cfg);
     experts_down(out, route, src, rank, S, cfg);
   }

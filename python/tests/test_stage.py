@@ -110,3 +110,24 @@ def test_moe_on_the_mxfp8_tables(variant, tmp_path):
         out = k4.stage.moe(src, rank=1)
         for name in OUTPUTS["moe"]:
             k4.assert_bitexact(out[name], step[f"rank1/moe/outputs/{name}"], name=f"rank1/moe/outputs/{name}")
+
+
+def test_moe_without_pad_rows_in_the_wide_experts(tmp_path):
+    """moe.wide_live_rows = exclude_pad (V2, aiter): a wide step (S = 6) with a pad row. The stage
+    reads its live rows from moe/inputs/seq_lens (a link to /inputs/seq_lens, held only under
+    exclude_pad) and reproduces the golden, in memory and from the file; with every row live
+    (seq_lens of no pad row) the pad row's routed slots are computed and the outputs differ."""
+    step = k4.golden("tiny", tp=2, variant="aiter", seed=6, tokens=6, context="1000,300,2000,900,short,700", pad_rows=[2])
+    seed = k4.golden("tiny", tp=2, seed=6, tokens=6, context="1000,300,2000,900,short,700", pad_rows=[2])
+    assert "/rank1/moe/inputs/seq_lens" in step.paths()
+    assert "/rank1/moe/inputs/seq_lens" not in seed.paths()
+    f = k4.open(step.save(tmp_path / "g.h5"))
+    assert "/rank1/moe/inputs/seq_lens" in f
+    for src in (step, f):
+        out = k4.stage.moe(src, rank=1)
+        for name in OUTPUTS["moe"]:
+            k4.assert_bitexact(out[name], step[f"rank1/moe/outputs/{name}"], name=f"rank1/moe/outputs/{name}")
+    every_row = np.asarray(step["rank1/moe/inputs/seq_lens"]).copy()
+    every_row[2] = 1
+    moved = k4.stage.moe(step, rank=1, seq_lens=every_row)
+    assert np.any(moved["gate"].bits != step["rank1/moe/outputs/gate"].bits)

@@ -342,6 +342,10 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
   // q8: the nearest E4M3, NaN code beyond 464 (NoSaturate)
   for (size_t i = 0; i < sp.q8.size(); ++i) cq.exact(i, sp.q8[i], e4m3_nearest(bf16(rk.q[i]), false));
   const double sm = double(cfg.sm_scale), eps8 = double(1e-8f), u = kU;
+  // split.kv_scale = static448 (VARIANTS.md V4.2): P8 of 448 p (no vmax, no fscale) and
+  // pscale = v_scale[0] / 448 in every partition; the other modes fold vs 448 / (vmax + 1e-8).
+  const bool s448 = cfg.variant.kv_scale == KvScale::static448;
+  const double vs0 = cfg.one_kv_scale() ? double(rk.v_scale.at(0)) : 0.0;
   for (int tok = 0; tok < S; ++tok) {
     Mat Q(H, D), Qa(H, D);
     for (int h = 0; h < H; ++h)
@@ -358,9 +362,10 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
         for (int h = 0; h < H; ++h) {
           cm.exact(ts * H + h, sp.m[ts * H + h], double(-3.4e38f));
           cl.exact(ts * H + h, sp.l[ts * H + h], double(KEYS));
+          const double o0 = s448 && std::isnan(vs0) ? kNaN : 0.0;  // static448: pscale * (+0)
           for (int d = 0; d < D; ++d) {
-            co.exact(ts * OK + h * D + d, bf16(sp.o[ts * OK + h * D + d]), 0.0);
-            col.exact(ts * OK + h * D + d, bf16(sp.o[ts * OK + h * D + d]), 0.0);
+            co.exact(ts * OK + h * D + d, bf16(sp.o[ts * OK + h * D + d]), o0);
+            col.exact(ts * OK + h * D + d, bf16(sp.o[ts * OK + h * D + d]), o0);
           }
         }
         continue;
@@ -382,7 +387,8 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
         vmax = (std::isnan(vs[j]) || std::isnan(vmax)) ? kNaN : std::max(vmax, vs[j]);
       }
       const Mat Sm = Q * K.transpose(), Am = Qa * Ka.transpose();
-      const double fscale = 448.0 / (vmax + eps8), pscale = vmax / 448.0, bias = eps8 / (vmax + eps8);
+      const double fscale = 448.0 / (vmax + eps8), pscale = (s448 ? vs0 : vmax) / 448.0;
+      const double bias = s448 ? 0.0 : eps8 / (vmax + eps8);  // the fold's 1e-8 against vs 448 / vmax
       Mat P(H, nv), AMB(H, nv), PQ(H, nv), R(H, nv);
       std::vector<double> l64(H), dl(H);
       std::vector<bool> head_nan(H, false);
@@ -397,7 +403,7 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
           m = std::max(m, s[j]), dm = std::max(dm, ds[j]);
         }
         // a NaN score makes m, l and o NaN; a NaN v_scale only o
-        head_nan[h] = s_nan || std::isnan(vmax);
+        head_nan[h] = s_nan || std::isnan(s448 ? vs0 : vmax);
         if (s_nan) {
           cm.exact(ts * H + h, sp.m[ts * H + h], kNaN);
           cl.exact(ts * H + h, sp.l[ts * H + h], kNaN);
@@ -412,7 +418,7 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
           const double dp = p * std::expm1(e) * 1.01 + 0x1p-149;
           l += p, dls += dp;
           // P8: the f32 x = (vs fscale) p lies within xi of x64
-          const double x = vs[j] * fscale * p, xi = x * (std::expm1(e) * 1.01 + 5.05 * u) + 0x1p-140;
+          const double x = (s448 ? 448.0 : vs[j] * fscale) * p, xi = x * (std::expm1(e) * 1.01 + 5.05 * u) + 0x1p-140;
           const uint8_t c = e4m3_nearest(x, false), lo = e4m3_nearest(x - xi, false), hi = e4m3_nearest(x + xi, false);
           P(h, j) = e4m3(c);
           AMB(h, j) = e4m3(hi) - e4m3(lo);

@@ -20,6 +20,8 @@
 //              half ulp 2^-8 |o|. loose: against exact softmax attention sum p vs V / l, each
 //              P8 within max(2^-4 x, 2^-10) (E4M3's half ulp, normal / subnormal), plus the
 //              1e-8 / vmax bias of fscale and the terms above.
+//              split.kv_scale = static448 (V4.2): x = 448 p, pscale = v_scale / 448, no
+//              bias; atom_vllm (V4.3) is not covered by this check.
 //   merge a    sl_i within |m_i - gm|(2u + e_log2e) + 4u; gs 7 adds; w 1 division; 9 rounded
 //              products / adds; bf16 half ulp.
 //   attn8      the nearest E4M3 of a / x_scale up to the 2u of rcp and the product (exact

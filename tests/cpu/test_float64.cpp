@@ -294,6 +294,27 @@ TEST_CASE("planted output errors: one flipped bit in any stage's output is caugh
   MESSAGE(t);
 }
 
+TEST_CASE("split.kv_scale = static448 (VARIANTS.md V4.2): the float64 guard of P8 = E4M3(448 p), pscale = v_scale / 448") {
+  LayerWeights w = f64::cached_layer("tiny", 2, 1);
+  w.cfg.variant.kv_scale = k4::KvScale::static448;
+  // a scored 3000, a pad row, a scored 5000 (8 live partitions) and short ones; v_scale
+  // 0.05 .. 0.15 (not a power of two: scalar's fold is not 448 there, N8)
+  const StepInputs in = k4::test::random_step(w.cfg, {6, {3000, 0, 5000, 700, 129, 2000}, 1, 23});
+  REQUIRE(in.ranks[0].v_scale.size() == 1);
+  const StepResult res = k4::run_step(w, in);
+  const f64::Report rep = f64::check_step(w, in, res);
+  CHECK_MESSAGE(f64::all_ok(rep), f64::describe(rep));
+  require_nontrivial(rep, "split.o", 0.05);
+  // planted: the doubled v scale (pscale), the doubled k scale (the scores)
+  const k4::RankResult& R = res.ranks[1];
+  k4::StepRank rin = in.ranks[1];
+  rin.v_scale[0] *= 2.0f;
+  CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, rin, R.index, R.split)));
+  rin = in.ranks[1];
+  rin.k_scale[0] *= 2.0f;
+  CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, rin, R.index, R.split)));
+}
+
 TEST_CASE("planted input errors: one wrong input of a stage is caught by its comparison") {
   const Run& base = planted_run();
   const k4::Config& cfg = base.w->cfg;

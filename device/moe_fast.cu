@@ -248,7 +248,11 @@ K4_FAST_UNROLL
       }
 }
 
-__global__ void __launch_bounds__(256) fast_up_gate_kernel(FastUpGateArgs a) {
+// 2 CTAs a SM (registers capped at 128; ptxas spills ~190 bytes a thread to L1-resident stack):
+// the kernel is issue-latency bound with 8 warps a SM (ncu: 8.2 cycles between a warp's
+// instructions, 23% SM throughput), and 16 warps measured 1.5x faster on the H200
+// (docs/performance.md). The bits cannot change: the same instructions, other registers.
+__global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) {
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ UgSmem sm;
   const DevCfg& cfg = a.cfg;

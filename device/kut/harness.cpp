@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "golden/diff/compare.hpp"
+#include "golden/format/schema.hpp"
 #include "golden/io/hdf5.hpp"
 
 namespace k4::kut {
@@ -143,6 +144,7 @@ CaseResult run_case(const Library& lib, Memory& mem, const std::string& golden_p
   const golden::DumpReader g(golden_path, "golden");
   const std::string cfg_json = g.root_attr_string("config");
   const int tp = int(g.root_attr_int("tp")), tokens = int(g.root_attr_int("tokens")), q_len = file_q_len(golden_path);
+  const Config cfg = golden::config_from_json(cfg_json, "golden " + golden_path);
   const k4_kut_impl& impl = lib.impl();
   for (const std::string& stage : golden::stage_names()) {
     if (!stages.empty() && std::find(stages.begin(), stages.end(), stage) == stages.end()) continue;
@@ -158,14 +160,14 @@ CaseResult run_case(const Library& lib, Memory& mem, const std::string& golden_p
           if (!g.has_dataset(p)) continue;  // page_ids: the selected KV form only
           ins.emplace_back();
           ins.back().name = s.name;
-          ins.back().raw = read(g, p, s.dtype);
+          ins.back().raw = read(g, p, golden::spec_dtype(s, cfg));  // moe.experts = mxfp8: E4M3 w13 / w2
           describe(ins.back(), mem, true);
         } else if (group == stage + "/outputs" &&
                    !((stage == "oproj" && (std::string(s.name) == "a" || std::string(s.name) == "h_mid")) ||
                      (stage == "moe" && std::string(s.name) == "ar_out"))) {
           outs.emplace_back();
           outs.back().name = s.name;
-          outs.back().raw = read(g, pre + "/outputs/" + s.name, s.dtype);
+          outs.back().raw = read(g, pre + "/outputs/" + s.name, golden::spec_dtype(s, cfg));
           describe(outs.back(), mem, false);
         }
       }

@@ -182,6 +182,12 @@ void run_named_stage(const StageFns& fns, const std::string& stage, const Config
       slice(w13, e->w13), slice(s13, e->s13), slice(w2, e->w2), slice(s2, e->s2);
       src.by_id[ids[i]] = e;
     }
+    if (cfg.variant.shared_fp8) {  // V6.1: the MXFP8 shared expert has tables of its own, not a slot of the stacks
+      auto e = std::make_shared<ExpertWeights>();
+      e->w13 = take<uint8_t>(in, stage, "sh_w13"), e->s13 = take<uint8_t>(in, stage, "sh_s13");
+      e->w2 = take<uint8_t>(in, stage, "sh_w2"), e->s2 = take<uint8_t>(in, stage, "sh_s2");
+      src.by_id[cfg.shared_expert()] = e;
+    }
     RouteOut route;
     MoeOut o;
     fns.route_top4(route, ro, S, cfg);

@@ -45,6 +45,9 @@ mode=${1:-}
 build() {
   set -e
   scripts/build-device.sh k4_gpu_tests k4_device k4 k4_gpu_tests_mutants
+  # the kernel-under-test libraries (step 1c): a failure here leaves them out (step 1c then
+  # reports it) rather than stopping the build of the rest
+  scripts/build-device.sh k4_kut_ours_device k4_kut_wrong_merge_device || echo "gpu-suite.sh build: the kut libraries did not build" >&2
   local nvcc=${K4_NVCC:-/usr/local/cuda/bin/nvcc} arch=${K4_CUDA_ARCH:-90}
   local obj=$suite/obj
   mkdir -p "$suite/plant" "$obj"
@@ -89,6 +92,13 @@ build() {
     echo "built $(date -u +%FT%TZ) on $(uname -n) with $("$nvcc" --version | tail -1)"
   } >"$suite/BUILD_INFO"
   cp build-cuda/k4_gpu_tests build-cuda/k4_device build-cuda/k4 build-cuda/k4_gpu_tests_mutants "$suite/"
+  # the kernel-under-test libraries of step 1c and the libgomp.so.1 they take (RPATH $ORIGIN:
+  # a shared object cannot hold the static libgomp.a, device/kut/CMakeLists.txt)
+  mkdir -p "$suite/kut"
+  if [[ -f build-cuda/kut/libk4_kut_ours_device.so && -f build-cuda/kut/libk4_kut_wrong_merge_device.so ]]; then
+    cp build-cuda/kut/libk4_kut_ours_device.so build-cuda/kut/libk4_kut_wrong_merge_device.so "$(g++ -print-file-name=libgomp.so.1)" "$suite/kut/"
+    strip --strip-unneeded "$suite/kut/"libk4_kut_*.so
+  fi
   # keep the H5* symbols: the crash guard finds the statically linked libhdf5 by them
   strip -w --keep-symbol='H5*' "$suite/k4_gpu_tests" "$suite/k4_device" "$suite/k4" "$suite/k4_gpu_tests_mutants"
   rm -rf "$obj"
@@ -186,6 +196,29 @@ run() {
   else note "weights-file goldens: FAIL (tools.log; moved run rc=$rc)"; status=1; fi
   tail -1 "$wd/moved.log" | cut -c1-300 >>"$sum"
 
+  # 1c. the kernel-under-test interface on device memory (k4_device run --kut, device/kut):
+  # our kernels as a K4_KUT_DEVICE library must match every case; the deliberately wrong merge
+  # must be caught, naming the case, rank, stage merge, tensor x_scale and the token
+  t0=$SECONDS
+  local kk=0 kd=$work/kut
+  mkdir -p "$kd"
+  for spec in "S4-mixed|--tokens 4 --context 1000,short,300,2000 --seed 3" \
+              "S12-tp2-selected|--tp 2 --tokens 12 --context short --seed 7 --kv-form selected" \
+              "S6-tp2-shared-fp8|--tp 2 --tokens 6 --context 1000,short,300,2000,long,900 --variant moe.shared_fp8=on --seed 4" \
+              "S4-tp2-mxfp8-experts|--tp 2 --tokens 4 --context 1000,short,300,2000 --variant moe.experts=mxfp8 --seed 4"; do
+    read -r -a gargs <<<"${spec#*|}"
+    timeout 60 "$suite/k4" golden --preset tiny --force "${gargs[@]}" --out "$kd/${spec%%|*}.h5" >>"$out/kut.log" 2>&1 || kk=1
+  done
+  timeout 240 "$suite/k4_device" run --kut "$suite/kut/libk4_kut_ours_device.so" "$kd"/*.h5 >"$out/kut-ours.log" 2>&1
+  rc=$?
+  [[ $rc -eq 0 ]] && grep -q "device memory of" "$out/kut-ours.log" && grep -q "^4 of 4 cases bit-exact" "$out/kut-ours.log" || kk=1
+  timeout 120 "$suite/k4_device" run --kut "$suite/kut/libk4_kut_wrong_merge_device.so" "$kd"/*.h5 >"$out/kut-wrong.log" 2>&1
+  local rw=$?
+  [[ $rw -eq 1 ]] && grep -Eq "^FAIL  S[^:]*\.h5: rank [0-9], stage merge, tensor x_scale, element \[token [0-9]+\]" "$out/kut-wrong.log" || kk=1
+  if [[ $kk -eq 0 ]]; then note "kut (k4_device run --kut, device memory): ours 4 of 4 cases bit-exact; wrong merge caught ($((SECONDS - t0)) s)"
+  else note "kut (k4_device run --kut): FAIL (ours rc=$rc, wrong merge rc=$rw: kut-ours.log, kut-wrong.log)"; status=1; fi
+  cat "$out/kut-ours.log" "$out/kut-wrong.log" | cut -c1-300 | head -16 >>"$sum"
+
   # the crash guard in the static build (HDF5 linked in): K4_GUARD_SELFTEST's crash inside
   # libhdf5 is "the file is corrupt", exit 2, its crash in k4 exit 70, for k4 and k4_device;
   # the corrupt dumps of tests/fuzz/libhdf5 exit 2 without a signal (whether this libhdf5.a
@@ -256,7 +289,7 @@ run() {
   note "gpu-suite: $([[ $status -eq 0 ]] && echo ALL OK || echo FAILURES) (total $SECONDS s)"
   cat "$sum" >>"$log"
   # the per-step logs go into one archive: a few files to copy back
-  (cd "$out" && tar czf logs.tar.gz ./*.log && rm -f plant?.log probe.log memcheck.log racecheck.log bench.log golden.log tools.log guard.log exact_mma.log)
+  (cd "$out" && tar czf logs.tar.gz ./*.log && rm -f plant?.log probe.log memcheck.log racecheck.log bench.log golden.log tools.log guard.log exact_mma.log kut*.log)
   return $status
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <vector>
 
 namespace k4::kut {
 
@@ -29,6 +30,33 @@ int run_stage_with(const StageFns& fns, k4_kut_stage_call* call, char* error, si
                                     " bytes, the buffer holds " + std::to_string(t.bytes));
       if (t.bytes) std::memcpy(t.data, it->second.bytes.data(), t.bytes);
     }
+    return 0;
+  } catch (const std::exception& e) {
+    std::snprintf(error, error_size, "%s", e.what());
+    return 1;
+  }
+}
+
+int run_stage_via_host(RunStageFn host_run, Memory& mem, k4_kut_stage_call* call, char* error, size_t error_size) {
+  try {
+    // host copies of every tensor: inputs to read, outputs as the harness filled them
+    auto to_host = [&](const k4_kut_tensor* t, int n, std::vector<std::vector<uint8_t>>& data, std::vector<k4_kut_tensor>& desc) {
+      data.resize(size_t(n)), desc.assign(t, t + n);
+      for (int i = 0; i < n; ++i) {
+        data[size_t(i)].resize(t[i].bytes);
+        mem.to_host(data[size_t(i)].data(), t[i].data, t[i].bytes);
+        desc[size_t(i)].data = data[size_t(i)].data();
+      }
+    };
+    std::vector<std::vector<uint8_t>> in_data, out_data;
+    std::vector<k4_kut_tensor> in, out;
+    to_host(call->inputs, call->n_inputs, in_data, in);
+    to_host(call->outputs, call->n_outputs, out_data, out);
+    k4_kut_stage_call host = *call;
+    host.inputs = in.data(), host.outputs = out.data(), host.stream = nullptr;
+    const int rc = host_run(&host, error, error_size);
+    if (rc != 0) return rc;
+    for (int i = 0; i < call->n_outputs; ++i) mem.to_device(call->outputs[i].data, out_data[size_t(i)].data(), out_data[size_t(i)].size());
     return 0;
   } catch (const std::exception& e) {
     std::snprintf(error, error_size, "%s", e.what());

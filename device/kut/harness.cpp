@@ -5,7 +5,9 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <sstream>
 
 #include "golden/diff/compare.hpp"
 #include "golden/format/schema.hpp"
@@ -218,6 +220,25 @@ CaseResult run_case(const Library& lib, Memory& mem, const std::string& golden_p
     }
   }
   return res;
+}
+
+int run_cases(const std::string& tool, const Library& lib, Memory& mem, const std::string& memory,
+              const std::vector<std::string>& goldens, const std::string& stages) {
+  std::vector<std::string> st;
+  std::stringstream ss(stages);
+  for (std::string s; std::getline(ss, s, ',');)
+    if (!s.empty()) st.push_back(s);
+  std::printf("%s: %s (%s, %s), %zu cases\n", tool.c_str(), lib.impl().name, lib.path().c_str(), memory.c_str(), goldens.size());
+  int failed = 0;
+  for (const std::string& g : goldens) {
+    const CaseResult r = run_case(lib, mem, g, st);
+    std::printf("%s\n", r.line().c_str());
+    if (!r.ok && r.error.empty()) std::printf("      %s\n", r.detail.c_str());
+    std::fflush(stdout);
+    failed += r.ok ? 0 : 1;
+  }
+  std::printf("%zu of %zu cases bit-exact\n", goldens.size() - size_t(failed), goldens.size());
+  return failed ? 1 : 0;
 }
 
 }  // namespace k4::kut

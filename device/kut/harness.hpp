@@ -54,4 +54,11 @@ struct CaseResult {
 // Every stage in `stages` (empty: all) the library supports, every rank, of one golden.
 CaseResult run_case(const Library& lib, Memory& mem, const std::string& golden_path, const std::vector<std::string>& stages);
 
+// The command (k4_kut run, k4_device run --kut): every golden through `lib` in `mem` (named
+// `memory` in the header line), one line a case (ok, FAIL with its detail, or ERROR), then
+// "N of M cases bit-exact". Returns 0 when every case is bit-exact, else 1. `stages`: a
+// comma-separated list, empty for every stage the library supports.
+int run_cases(const std::string& tool, const Library& lib, Memory& mem, const std::string& memory,
+              const std::vector<std::string>& goldens, const std::string& stages);
+
 }  // namespace k4::kut

@@ -5,12 +5,16 @@
 //       the golden's own inputs; one line a case: ok, or the first divergence (case, rank,
 //       stage, tensor, element) and its bits. Exit 0 every case bit-exact, 1 a divergence or a
 //       library failure, 2 bad input (a library or golden that cannot be used).
+//       A K4_KUT_DEVICE library gets the host emulation's device memory (device_memory.hpp)
+//       where the build has it; on the GPU: k4_device run --kut LIB GOLDEN...
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <sstream>
 
 #include "device/kut/harness.hpp"
+#ifdef K4_KUT_EMULATED_DEVICE
+#include "device/kut/device_memory.hpp"
+#endif
 #include "golden/format/schema.hpp"
 
 int main(int argc, char** argv) {
@@ -28,24 +32,17 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    std::vector<std::string> st;
-    std::stringstream ss(stages);
-    for (std::string s; std::getline(ss, s, ',');)
-      if (!s.empty()) st.push_back(s);
     k4::kut::Library L(lib);
-    auto mem = k4::kut::host_memory();
-    if (L.impl().memory != K4_KUT_HOST)
-      throw std::invalid_argument("kernel library " + lib + ": wants device memory; this k4_kut is the CPU build (host memory)");
-    std::printf("k4_kut: %s (%s), %zu cases\n", L.impl().name, lib.c_str(), goldens.size());
-    int failed = 0;
-    for (const std::string& g : goldens) {
-      const k4::kut::CaseResult r = k4::kut::run_case(L, *mem, g, st);
-      std::printf("%s\n", r.line().c_str());
-      if (!r.ok && r.error.empty()) std::printf("      %s\n", r.detail.c_str());
-      failed += r.ok ? 0 : 1;
+    if (L.impl().memory == K4_KUT_DEVICE) {
+#ifdef K4_KUT_EMULATED_DEVICE
+      auto mem = k4::kut::device_memory();  // the host emulation's device memory: the same harness path as k4_device run --kut
+      return k4::kut::run_cases("k4_kut", L, *mem, "device memory of the host emulation", goldens, stages);
+#else
+      throw std::invalid_argument("kernel library " + lib + ": wants device memory; this k4_kut has host memory only (k4_device run --kut)");
+#endif
     }
-    std::printf("%zu of %zu cases bit-exact\n", goldens.size() - size_t(failed), goldens.size());
-    return failed ? 1 : 0;
+    auto mem = k4::kut::host_memory();
+    return k4::kut::run_cases("k4_kut", L, *mem, "host memory", goldens, stages);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "k4_kut: error: %s\n", e.what());
     return 2;

@@ -14,6 +14,11 @@
 //       into DUMP in the golden schema (for `k4 diff GOLDEN DUMP`). --diff compares at once
 //       and prints what `k4 diff` prints. When the device's routing picks an expert GOLDEN
 //       does not store, DUMP holds stages index .. router and the run exits 1.
+//   k4_device run --kut LIB GOLDEN... [--stages merge,oproj]
+//       a kernel-under-test library (device/kut/k4_kut.h) over the goldens, as k4_kut run
+//       does, with the tensors in device memory of this GPU for a K4_KUT_DEVICE library
+//       (host memory for a K4_KUT_HOST one): one line a case, the first divergence named by
+//       case, rank, stage, tensor and element; exit 0 all bit-exact, 1 a divergence.
 //
 // Exit status: 0 ok, 1 a mismatch (or MoE not run), 2 a usage, input or runtime error (a
 // corrupt golden that crashes libhdf5 included: the command runs in a child process watched
@@ -27,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "device/kut/device_memory.hpp"
+#include "device/kut/harness.hpp"
 #include "device/runner.hpp"
 #include "device/tools/golden_run.hpp"
 #include "golden/diff/compare.hpp"
@@ -169,6 +176,14 @@ int run(const gpu::GoldenRunOptions& opt, bool diff, bool replay) {
   return rc;
 }
 
+// k4_device run --kut: the library's tensors in the memory it asks for (k4_kut.h).
+int run_kut(const std::string& lib, const std::vector<std::string>& goldens, const std::string& stages) {
+  const kut::Library L(lib);
+  const bool dev = L.impl().memory == K4_KUT_DEVICE;
+  auto mem = dev ? kut::device_memory() : kut::host_memory();
+  return kut::run_cases("k4_device run --kut", L, *mem, dev ? "device memory of " + gpu::device_name() : "host memory", goldens, stages);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -201,14 +216,30 @@ int main(int argc, char** argv) {
   std::string ar_form = "config";
   bool diff = false, replay = false;
   CLI::App* g = app.add_subcommand("run", "a golden's inputs through every stage on the GPU, into a dump");
-  g->add_option("golden", ropt.golden, "the golden file (inputs and weights)")->required()->check(CLI::ExistingFile);
-  g->add_option("-o,--out", ropt.dump, "the dump to write (golden schema)")->required();
+  std::vector<std::string> goldens;
+  std::string kut_lib, kut_stages;
+  g->add_option("golden", goldens, "the golden file (inputs and weights); with --kut, one or more")->required()->check(CLI::ExistingFile);
+  g->add_option("-o,--out", ropt.dump, "the dump to write (golden schema)");
+  g->add_option("--kut", kut_lib, "run this kernel-under-test library (k4_kut.h) over the goldens instead")->check(CLI::ExistingFile);
+  g->add_option("--stages", kut_stages, "with --kut: comma-separated stages (default: every stage the library supports)");
   g->add_flag("--force", ropt.overwrite, "overwrite an existing dump");
   g->add_option("--ar-form", ar_form, "the all-reduces' form: config (the config's threshold), plain or rs")
       ->check(CLI::IsMember({"config", "plain", "rs"}));
   g->add_flag("--diff", diff, "compare the dump with the golden at once (k4 diff)");
   g->add_flag("--replay", replay, "with --diff: replay each stage on the dump's inputs (k4 diff --replay)");
   CLI11_PARSE(app, argc, argv);
+  if (g->parsed()) {
+    const char* bad = nullptr;
+    if (kut_lib.empty() && goldens.size() != 1) bad = "run: one golden (several only with --kut)";
+    else if (kut_lib.empty() && ropt.dump.empty()) bad = "run: --out is required (without --kut)";
+    else if (kut_lib.empty() && !kut_stages.empty()) bad = "run: --stages is for --kut";
+    else if (!kut_lib.empty() && (!ropt.dump.empty() || diff || replay)) bad = "run --kut: writes no dump (no --out, --diff, --replay)";
+    if (bad) {
+      std::fprintf(stderr, "k4_device: %s\n", bad);
+      return 2;
+    }
+    ropt.golden = goldens[0];
+  }
   ropt.run.ar_form = ar_form == "config" ? -1 : ar_form == "plain" ? 0 : 1;
   const std::string tool = std::string("k4_device ") + (b->parsed() ? "bench" : c->parsed() ? "check" : "run");
   return k4::guard::run(tool, [&] {
@@ -218,7 +249,7 @@ int main(int argc, char** argv) {
                                                        : std::vector<int>{moe_paths == "fast" ? 1 : 0},
                                    md);
       if (c->parsed()) return check(check_preset, check_tp, S, check_seq, seed);
-      if (g->parsed()) return run(ropt, diff, replay);
+      if (g->parsed()) return kut_lib.empty() ? run(ropt, diff, replay) : run_kut(kut_lib, goldens, kut_stages);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "k4_device: %s\n", e.what());
       return 2;

@@ -3,17 +3,22 @@
 // amax / 448 (a division) where the contract has amax * f32(1 / 448) (docs/numerics.md, the
 // merge quant). The two differ by an ulp for some amax values; the suite must catch it with
 // the case, rank, stage merge, tensor x_scale and token (tests: ctest kut_wrong_merge,
-// python/tests/test_kut.py).
+// python/tests/test_kut.py). Compiled with K4_KUT_ON_DEVICE it is libk4_kut_wrong_merge_device.so,
+// the same fault as a K4_KUT_DEVICE library (k4_device run --kut in the GPU suite; ctest
+// kut_wrong_merge_device on the emulation's device memory).
 #include <cmath>
 #include <cstring>
 
 #include "device/kut/adapter.hpp"
+#ifdef K4_KUT_ON_DEVICE
+#include "device/kut/device_memory.hpp"
+#endif
 
 namespace {
 
 int supports(const char* stage) { return std::strcmp(stage, "merge") == 0; }
 
-int run(k4_kut_stage_call* c, char* error, size_t n) {
+int run_host(k4_kut_stage_call* c, char* error, size_t n) {
   const int rc = k4::kut::run_stage_with(k4::kut::reference_fns(), c, error, n);
   if (rc != 0) return rc;
   k4_kut_tensor *attn = nullptr, *xs = nullptr;
@@ -37,7 +42,13 @@ int run(k4_kut_stage_call* c, char* error, size_t n) {
   return 0;
 }
 
-const k4_kut_impl kImpl = {K4_KUT_ABI_VERSION, "wrong merge (x_scale = amax / 448)", K4_KUT_HOST, &supports, &run, nullptr, nullptr};
+#ifdef K4_KUT_ON_DEVICE
+int run(k4_kut_stage_call* c, char* error, size_t n) { return k4::kut::run_host_stage_on_device(&run_host, c, error, n); }
+const k4_kut_impl kImpl = {K4_KUT_ABI_VERSION, "wrong merge (x_scale = amax / 448), device memory", K4_KUT_DEVICE, &supports, &run,
+                           nullptr, nullptr};
+#else
+const k4_kut_impl kImpl = {K4_KUT_ABI_VERSION, "wrong merge (x_scale = amax / 448)", K4_KUT_HOST, &supports, &run_host, nullptr, nullptr};
+#endif
 
 }  // namespace
 

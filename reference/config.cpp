@@ -55,6 +55,8 @@ void Config::validate() const {
   require(kv_page_stride == 16 || kv_page_stride == 8, c, "kv_page_stride is 16 (shared K/V allocation) or 8 (separate planes)");
   require(wide_from >= 1 && wide_from <= 8, c, "wide_from must be 1..8: the narrow MoE routes token k on wave k and holds (S + 1) wave partials, so it serves S <= 7");
   require(ag_rs_from >= 1, c, "ag_rs_from must be a token count");
+  require(!variant.index_cp || 2 * tp == n_split, c,
+          "index.cp = on (VARIANTS.md V6.2) needs N_SPLIT = 2 TP: split task part takes index head part div 2, one a rank");
   require(variant.wide_down_order != WideDownOrder::per_expert || inter / 128 <= 8, c,
           "moe.wide_down_order = per_expert needs inter / 128 <= 8 (a down wave takes chunks q and q + 4 of an expert)");
   try {

@@ -45,7 +45,7 @@ const std::vector<VariantSwitch>& variant_switches() {
        [](const Variant& v) { return v.shared_fp8 ? 1 : 0; },
        [](Variant& v, int i) { v.shared_fp8 = i == 1; }},
       {"index.cp", "V6.2", "indexer context parallelism (heads.count = TP, long from 288 blocks)",
-       {"off", "on"}, {true, false},
+       {"off", "on"}, {true, true},
        [](const Variant& v) { return v.index_cp ? 1 : 0; },
        [](Variant& v, int i) { v.index_cp = i == 1; }},
       {"moe.experts", "V7", "the experts' format: MXFP4 (E2M1, the seed) or MXFP8 (E4M3, the MXFP8 release), E8M0 1x32 scales",
@@ -154,6 +154,10 @@ void check_variant(const Variant& v) {
     throw std::invalid_argument("variant " + variant_name(v) +
                                 ": moe.shared_fp8 = on with moe.experts = mxfp8 is no build: MXFP8 experts keep the "
                                 "shared expert in their tables (VARIANTS.md V7), shared_fp8 takes it out of MXFP4 ones (V6.1)");
+  if (v.index_cp && v.kv_scale == KvScale::atom_vllm)
+    throw std::invalid_argument("variant " + variant_name(v) +
+                                ": index.cp = on with split.kv_scale = atom_vllm is no build: ATOM's vllm cache mode "
+                                "requires one index head (VARIANTS.md V4.3), index.cp every head (V6.2)");
   if (v.shared_fp8 && v.wide_down_order == WideDownOrder::per_expert)
     throw std::invalid_argument("variant " + variant_name(v) +
                                 ": moe.shared_fp8 = on with moe.wide_down_order = per_expert is no build: ATOM's per-expert "

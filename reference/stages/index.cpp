@@ -16,6 +16,7 @@ namespace {
 constexpr int32_t kKeyNone = INT32_MIN;  // seed KEY_NONE
 constexpr int kLanes = 64;
 constexpr int kCandBatch = 2;  // seed CAND_BATCH
+constexpr int kIndexCpFromBlocks = 288;  // INDEX_CP_FROM_BLOCKS (VARIANTS.md V6.2 rule 1)
 
 // ---- the seed's lane networks (choose_pair (seed:L388-L452)), simulated lane by lane -
 struct Lanes {
@@ -163,41 +164,79 @@ std::vector<RowPlan> plan_rows(const Config& cfg, const StepShared& in) {
     const int ctx = std::max(in.seq_lens[k], 1);  // a pad row is one key of page 0
     rows[k] = {ctx, (ctx + cfg.sparse_block - 1) / cfg.sparse_block, false};
   }
+  // under index.cp (V6.2) from INDEX_CP_FROM_BLOCKS = 288 (aiter's step_rows, as the seed calls
+  // it: step_rows (seed:L294-L296)), else past THREADS blocks
+  const int from = cfg.variant.index_cp ? kIndexCpFromBlocks : cfg.long_from_blocks();
   // a request is long when its last row has more than THREADS blocks: all its rows are
   for (int r0 = 0; r0 < in.tokens; r0 += in.q_len) {
-    const bool lng = rows[r0 + in.q_len - 1].n_blk > cfg.long_from_blocks();
+    const bool lng = rows[r0 + in.q_len - 1].n_blk > from;
     for (int k = r0; k < r0 + in.q_len; ++k) rows[k].long_path = lng;
   }
   return rows;
 }
 
+// One share's exact top 16 (wave_best per wave, then rank_cands over the waves' 16s) of the
+// blocks block_of(j) for j in [lo, hi), a thread keying CAND_BATCH of them (j = lo + tid +
+// THREADS i); score_of(b) is the score word block b's key reads.
+template <class BlockOf, class ScoreOf>
+void share_top16(int32_t* ck, int32_t* cb, const Config& cfg, int lo, int hi, int n_blk, int part, BlockOf block_of,
+                 ScoreOf score_of) {
+  const int threads = cfg.threads();
+  std::vector<int32_t> wk(cfg.waves * 16), wb(cfg.waves * 16);
+  for (int w = 0; w < cfg.waves; ++w) {
+    Lanes h[kCandBatch];
+    for (int i = 0; i < kCandBatch; ++i)
+      for (int lane = 0; lane < kLanes; ++lane) {
+        const int j = lo + w * kLanes + lane + threads * i, b = block_of(j);
+        const bool lv = j < hi;
+        h[i].key[lane] = lv ? index_key(cfg, b, score_of(b), n_blk) : kKeyNone;
+        h[i].blk[lane] = lv ? b : -1;
+      }
+    const Lanes best = wave_best(h[0], h[1]);
+    for (int lane = 0; lane < 16; ++lane) wk[w * 16 + lane] = best.key[lane], wb[w * 16 + lane] = best.blk[lane];
+  }
+  const Lanes cta = rank_cands(wk.data(), wb.data());
+  for (int cnt = 0; cnt < 16; ++cnt) {
+    if (cta.blk[cnt] < 0)
+      throw std::invalid_argument("long-context share " + std::to_string(part) + " of " + std::to_string(n_blk) +
+                                  " blocks holds fewer than TOPK_BLOCKS blocks (the seed leaves stale candidates)");
+    ck[cnt] = cta.key[cnt], cb[cnt] = cta.blk[cnt];
+  }
+}
+
+// index.cp = on (VARIANTS.md V6.2; select_long with every index head, ih_count (seed:L533-L548)): head r's
+// candidates come in N_SPLIT = 2 TP shares, rank s's two halves of its own blocks
+// own0_s + TP j, own0_s = init + ((s - init) mod TP) (own0 (seed:L534)); a read slot is clamped
+// to `last`, the rank's last own block below n_blk - local_blocks (slots (seed:L545)); the
+// share of rank s, half h goes to slot 2 s + h of head r's sel_cp (out_slot (seed:L546-L547)).
+// The scores given are head r's logical ones (score of block b at b), which is what rank s
+// stores at its own slot b div TP. Blocks below init_blocks are no candidate.
+void select_long_cp(int32_t* ck, int32_t* cb, const Config& cfg, const float* scores, int n_blk) {
+  const int TP = cfg.tp, init = cfg.init_blocks;
+  for (int s = 0; s < TP; ++s) {
+    const int own0 = init + ((s - init) % TP + TP) % TP;  // the seed's Python-int mod: never negative
+    const int n_own = (n_blk - own0 + TP - 1) / TP;
+    const int last = own0 + TP * ((n_blk - cfg.local_blocks - own0 + TP - 1) / TP - 1);
+    const int span = (n_own + 1) / 2;
+    for (int half = 0; half < 2; ++half) {
+      const int lo = half * span, hi = std::min(lo + span, n_own), slot = 2 * s + half;
+      share_top16(ck + slot * 16, cb + slot * 16, cfg, lo, hi, n_blk, slot, [&](int j) { return own0 + TP * j; },
+                  [&](int b) { return scores[std::min(b, last)]; });
+    }
+  }
+}
+
 void select_long_candidates(int32_t* keys16, int32_t* blocks16, const Config& cfg, const float* scores,
                             int n_blk) {
-  const int threads = cfg.threads();
-  const int span = (n_blk + cfg.n_split - 1) / cfg.n_split;
   std::vector<int32_t> ck(cfg.n_split * 16), cb(cfg.n_split * 16);  // the candidate mailbox
-  for (int part = 0; part < cfg.n_split; ++part) {
-    const int lo = part * span, hi = std::min(lo + span, n_blk);
-    std::vector<int32_t> wk(cfg.waves * 16), wb(cfg.waves * 16);
-    for (int w = 0; w < cfg.waves; ++w) {
-      Lanes h[kCandBatch];
-      for (int i = 0; i < kCandBatch; ++i)
-        for (int lane = 0; lane < kLanes; ++lane) {
-          const int b = lo + w * kLanes + lane + threads * i;
-          const bool lv = b < hi;
-          const int slot = std::min(std::max(b, cfg.init_blocks), n_blk - 1 - cfg.local_blocks);
-          h[i].key[lane] = lv ? index_key(cfg, b, scores[std::max(slot, 0)], n_blk) : kKeyNone;
-          h[i].blk[lane] = lv ? b : -1;
-        }
-      const Lanes best = wave_best(h[0], h[1]);
-      for (int lane = 0; lane < 16; ++lane) wk[w * 16 + lane] = best.key[lane], wb[w * 16 + lane] = best.blk[lane];
-    }
-    const Lanes cta = rank_cands(wk.data(), wb.data());
-    for (int cnt = 0; cnt < 16; ++cnt) {
-      if (cta.blk[cnt] < 0)
-        throw std::invalid_argument("long-context share " + std::to_string(part) + " of " + std::to_string(n_blk) +
-                                    " blocks holds fewer than TOPK_BLOCKS blocks (the seed leaves stale candidates)");
-      ck[part * 16 + cnt] = cta.key[cnt], cb[part * 16 + cnt] = cta.blk[cnt];
+  if (cfg.variant.index_cp) {
+    select_long_cp(ck.data(), cb.data(), cfg, scores, n_blk);
+  } else {  // select_long with one index head: share `part` is the part-th eighth of the blocks
+    const int span = (n_blk + cfg.n_split - 1) / cfg.n_split;
+    for (int part = 0; part < cfg.n_split; ++part) {
+      const int lo = part * span, hi = std::min(lo + span, n_blk);
+      share_top16(ck.data() + part * 16, cb.data() + part * 16, cfg, lo, hi, n_blk, part, [](int j) { return j; },
+                  [&](int b) { return scores[std::max(std::min(std::max(b, cfg.init_blocks), n_blk - 1 - cfg.local_blocks), 0)]; });
     }
   }
   const Lanes top = rank_cands(ck.data(), cb.data());

@@ -342,9 +342,21 @@ TEST_CASE("k4 golden --variant; the golden's variant attribute; inspect shows it
     r = cli::run(t, "inspect " + out);
     CHECK(r.out.find(std::string("@variant = ") + (kv[0] == 'v' ? "vllm-mono\n" : "seed,split.kv_scale=atom_vllm\n")) != std::string::npos);
   }
-  r = cli::run(t, "golden --preset tiny --tokens 2 --context 300 --variant index.cp=on --out " + t.path("x.h5"));
+  // index.cp = on (V6.2): a golden at TP 4 whose 300-block row is long (> 288); refused at TP 2
+  r = cli::run(t, "golden --preset tiny --tokens 2 --context 38400,1000 --variant index.cp=on --out " + t.path("cp.h5"));
+  CHECK(r.rc == 0);
+  r = cli::run(t, "golden --preset tiny --tokens 2 --context 38400,1000 --out " + t.path("one.h5"));
+  CHECK(r.rc == 0);
+  {
+    golden::GoldenReader cp(t.path("cp.h5")), one(t.path("one.h5"));
+    CHECK(cp.config().variant.index_cp);
+    CHECK(cp.rank_result(3).index.long_row == std::vector<uint8_t>{1, 0});
+    CHECK(one.rank_result(3).index.long_row == std::vector<uint8_t>{0, 0});
+    CHECK(cp.rank_result(3).index.sparse_table == one.rank_result(3).index.sparse_table);  // init_blocks = 0
+  }
+  r = cli::run(t, "golden --preset tiny --tp 2 --tokens 2 --context 300 --variant index.cp=on --out " + t.path("x.h5"));
   CHECK(r.rc == 2);
-  CHECK(r.err.find("declared but not modelled yet: index.cp = on (VARIANTS.md V6.2)") != std::string::npos);
+  CHECK(r.err.find("index.cp = on (VARIANTS.md V6.2) needs N_SPLIT = 2 TP") != std::string::npos);
   // router.gate = f32: the golden stores the F32 gate; replayed from the golden, the same bits
   const std::string f32g = t.path("f32.h5");
   r = cli::run(t, "golden --preset tiny --tp 2 --tokens 2 --context 3000 --variant router.gate=f32,router.round_logit=false --out " + f32g);

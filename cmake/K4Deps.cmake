@@ -59,7 +59,10 @@ if(K4_STATIC_RUNTIME)
   endif()
   separate_arguments(_k4_omp_flags NATIVE_COMMAND "${OpenMP_CXX_FLAGS}")
   target_compile_options(k4_openmp INTERFACE "$<$<COMPILE_LANGUAGE:CXX>:${_k4_omp_flags}>")
-  target_link_libraries(k4_openmp INTERFACE "${K4_LIBGOMP_A}" Threads::Threads ${CMAKE_DL_LIBS})
+  # A shared object cannot take libgomp.a (its TLS model is local-exec): a target that sets
+  # K4_SHARED_LIBGOMP links libgomp.so.1 itself instead (device/kut's device libraries).
+  target_link_libraries(k4_openmp INTERFACE "$<$<NOT:$<BOOL:$<TARGET_PROPERTY:K4_SHARED_LIBGOMP>>>:${K4_LIBGOMP_A}>"
+                        Threads::Threads ${CMAKE_DL_LIBS})
   message(STATUS "k4: OpenMP linked statically: ${K4_LIBGOMP_A}")
 else()
   target_link_libraries(k4_openmp INTERFACE OpenMP::OpenMP_CXX)

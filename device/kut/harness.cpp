@@ -117,8 +117,16 @@ std::string base_name(const std::string& p) {
 
 std::unique_ptr<Memory> host_memory() { return std::make_unique<HostMemory>(); }
 
+// RTLD_NODELETE: a kernel library is never unmapped, not even by the dlclose below. What it
+// started stays in its code until the process ends: the threads of its OpenMP pool (the
+// libgomp.so.1 it brings; a program with the static libgomp.a, k4_device, holds no other
+// reference to that one, so dlclose unmapped it under its threads, which were still spinning
+// in it: SIGSEGV in k4_device after the last case, gpu-suite step 1c), the exit handlers of its
+// own static CUDA / HIP runtime, anything a user's library registers. They end with the process,
+// in the order exit() runs them, as for the libraries a program links. (Python's ctypes never
+// unloads a library either.)
 Library::Library(const std::string& path) : path_(path) {
-  handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!handle_) throw std::invalid_argument("kernel library " + path + ": cannot be loaded (" + dlerror() + ")");
   auto get = reinterpret_cast<k4_kut_get_fn>(dlsym(handle_, "k4_kut_get"));
   if (!get) throw std::invalid_argument("kernel library " + path + ": exports no k4_kut_get (device/kut/k4_kut.h)");
@@ -131,7 +139,7 @@ Library::Library(const std::string& path) : path_(path) {
 }
 
 Library::~Library() {
-  if (handle_) dlclose(handle_);
+  if (handle_) dlclose(handle_);  // drops our reference; RTLD_NODELETE keeps the code mapped
 }
 
 std::string CaseResult::line() const {

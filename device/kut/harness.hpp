@@ -23,7 +23,8 @@ class Memory {
 std::unique_ptr<Memory> host_memory();
 
 // A loaded library: dlopen + k4_kut_get, the ABI version checked. Throws std::invalid_argument
-// naming the file and what is wrong with it.
+// naming the file and what is wrong with it. Never unloaded (RTLD_NODELETE, harness.cpp): the
+// library's threads and runtimes may outlive this object.
 class Library {
  public:
   explicit Library(const std::string& path);

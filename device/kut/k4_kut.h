@@ -22,6 +22,10 @@
  * call->user to data of its own (converted weights) that the following run_stage calls of
  * the same golden, rank and stage receive; release(user) is called after them.
  *
+ * Lifetime: the harness loads a library once and never unloads it (RTLD_NODELETE), so what the
+ * library starts (an OpenMP pool's threads, its own static CUDA / HIP runtime and its exit
+ * handlers) may outlive the calls; it ends with the process. Nothing needs tearing down.
+ *
  * The table may grow at its end; abi_version says which fields the library fills.
  */
 #ifndef K4_KUT_H

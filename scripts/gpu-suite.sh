@@ -28,6 +28,7 @@
 #      k4_gpu_tests -ts=gpu_golden          goldens -> device -> dumps -> diff (gpu::run_golden)
 #      k4 golden | k4_device run --diff | k4 diff   the tools end to end, tiny and full preset
 #      k4 golden --weights-file | k4_device run --diff   written and reused; moved without it: exit 2
+#      k4 synth --layout bf16|mxfp4 + k4 golden --checkpoint | k4_device run --diff   release layouts
 #      the crash guard in this static build: K4_GUARD_SELFTEST (exit 2 / 70), k4 diff on
 #      tests/fuzz/libhdf5's corrupt dumps (exit 2), k4_device run on a truncated golden (exit 2)
 #   2. k4_gpu_tests_plantN -tc="plant probe" for N = 0..5: must FAIL and name stage N
@@ -195,6 +196,22 @@ run() {
   if [[ $wk -eq 0 ]]; then note "weights-file goldens (tiny tp 2 S 7, written + reused): k4_device run --diff match; moved without the weights file: exit 2 naming both files ($((SECONDS - t0)) s)"
   else note "weights-file goldens: FAIL (tools.log; moved run rc=$rc)"; status=1; fi
   tail -1 "$wd/moved.log" | cut -c1-300 >>"$sum"
+  # goldens from checkpoints in the releases' layouts (k4 synth --layout, small: hidden 2048,
+  # 8 experts, tp 2; no --preset, no --layer; per-rank o_proj scales; issue 13): the BF16
+  # layout at S = 16 (wide MoE), the MXFP4 layout with short, ranked and long rows;
+  # k4_device run --diff matches
+  t0=$SECONDS
+  local rk=0 rd=$work/release
+  mkdir -p "$rd"
+  for spec in "bf16|--tokens 16 --context 20000 --seed 3" "mxfp4|--tokens 5 --context 1000,short,300,2000,long --seed 2"; do
+    read -r -a gargs <<<"${spec#*|}"
+    local l=${spec%%|*}
+    timeout 120 "$suite/k4" synth --layout "$l" --out "$rd/$l" >>"$out/tools.log" 2>&1 &&
+      timeout 120 "$suite/k4" golden --checkpoint "$rd/$l" "${gargs[@]}" --out "$rd/g-$l.h5" >>"$out/tools.log" 2>&1 &&
+      timeout 120 "$suite/k4_device" run "$rd/g-$l.h5" -o "$rd/d-$l.h5" --diff >>"$out/tools.log" 2>&1 || rk=1
+  done
+  if [[ $rk -eq 0 ]]; then note "release-layout goldens (k4 synth --layout bf16 / mxfp4, small, no --preset): k4_device run --diff match ($((SECONDS - t0)) s)"
+  else note "release-layout goldens (k4 synth --layout, k4 golden --checkpoint, k4_device run --diff): FAIL (tools.log)"; status=1; fi
 
   # 1c. the kernel-under-test interface on device memory (k4_device run --kut, device/kut):
   # our kernels as a K4_KUT_DEVICE library must match every case; the deliberately wrong merge

@@ -42,6 +42,14 @@ namespace {
 
 constexpr int kMaxTokens = 16, kMaxSlots = 8;
 
+// Unrolled on NVIDIA (so the loads of an unrolled loop are all in flight); left to the compiler
+// elsewhere (the host emulation; hipcc, which -Werror would stop on a loop it cannot unroll).
+#if defined(__CUDA_ARCH__)
+#define K4_MOE_UNROLL _Pragma("unroll")
+#else
+#define K4_MOE_UNROLL
+#endif
+
 // The E2M1 pair table: byte b -> (value x 2 of its low nibble, of its high nibble).
 K4_BODY void fp4_pair_entry(int32_t* tab, int b) {
   tab[2 * b] = e2m1_to_int_x2(fp4_lo(uint8_t(b)));
@@ -309,6 +317,10 @@ struct DownBody {
     int32_t* ids = cv.take<int32_t>(kMaxTokens * kMaxSlots);
     float* wts = cv.take<float>(kMaxTokens * kMaxSlots);
     uint8_t* znan = cv.take<uint8_t>(size_t(u_max) * kDnRows * KC);  // wide: (u, row, chunk) zero-row unit is NaN
+    uint8_t* zany = cv.take<uint8_t>(size_t(u_max) * kDnRows);       // wide: (u, row) one of its chunks is
+    uint8_t* rnan = cv.take<uint8_t>(kDnRows);                         // wide: row: a zero-row unit is NaN
+    int32_t* real = cv.take<int32_t>(size_t(kMaxTokens) * (kMaxSlots + 1));  // wide: token's distinct experts it uses, ascending, count last
+    float* tv = cv.take<float>(size_t(S) * SL * KC * kDnRows);  // wide, fast path: (k, n, chunk, row) unit x weight of real n
     const uint8_t* mid8 = a.mid8 + size_t(r) * S * SL * I;
     const uint8_t* midsc = a.midsc + size_t(r) * S * SL * IB;
     c.each(256 + S * SL, [&](int i) {
@@ -343,7 +355,7 @@ struct DownBody {
       // token k's slot routed to distinct expert u (seed slot_of / down_tables), or -1: the
       // zero mid row, whose unit is +0 unless a weight scale is NaN -- the same for every
       // such token, so computed once a (u, row, chunk) here
-      c.each(S * (nu + 1) + (nu + 1) * kDnRows * KC, [&](int i) {
+      c.each(S * (nu + 1) + (nu + 1) * kDnRows, [&](int i) {
         if (i < S * (nu + 1)) {
           const int k = i / (nu + 1), u = i % (nu + 1), e = uexp[u];
           int slot = -1;
@@ -353,15 +365,58 @@ struct DownBody {
           slot_for[k * u_max + u] = slot;
           return;
         }
-        const int j = i - S * (nu + 1), u = j / (kDnRows * KC), rr = (j / KC) % kDnRows, kc = j % KC;
+        const int j = i - S * (nu + 1), u = j / kDnRows, rr = j % kDnRows;
         const int e = uexp[u] < cfg.n_experts - 1 ? uexp[u] : cfg.n_experts - 1, row = task * kDnRows + rr;
-        const float z = down_unit(w2_row(e, row), s2_row(e, row), kc, expert_fp8(cfg, e), nullptr, nullptr, dec, fp4) * 0.0f;
-        znan[j] = is_nan(z) ? 1 : 0;
+        bool any = false;
+        for (int kc = 0; kc < KC; ++kc) {
+          const float z = down_unit(w2_row(e, row), s2_row(e, row), kc, expert_fp8(cfg, e), nullptr, nullptr, dec, fp4) * 0.0f;
+          znan[j * KC + kc] = is_nan(z) ? 1 : 0;
+          any |= is_nan(z);
+        }
+        zany[j] = any ? 1 : 0;
       });
+      // token k's distinct experts (u with a slot), ascending: the only units of its chains
+      // that are not the zero row's; and each row's flag: one of its zero-row units is NaN
+      c.each(S + kDnRows, [&](int i) {
+        if (i < S) {
+          int n = 0;
+          for (int u = 0; u <= nu; ++u)
+            if (slot_for[i * u_max + u] >= 0) real[i * (kMaxSlots + 1) + n++] = u;
+          real[i * (kMaxSlots + 1) + kMaxSlots] = n;
+          return;
+        }
+        const int rr = i - S;
+        bool any = false;
+        for (int u = 0; u <= nu; ++u) any |= zany[u * kDnRows + rr] != 0;
+        rnan[rr] = any ? 1 : 0;
+      });
+      // the fast path: token k's own units times their weights (the chains' terms), an item's
+      // loads all in flight (a chain's loads would each wait for the add before)
+      if (a.units != nullptr)
+        c.each(S * SL * kDnRows, [&](int i) {
+          const int rr = i % kDnRows, n = (i / kDnRows) % SL, k = i / (kDnRows * SL);
+          const int* rl = real + k * (kMaxSlots + 1);
+          if (n >= rl[kMaxSlots]) return;
+          const int slot = slot_for[k * u_max + rl[n]], row = task * kDnRows + rr;
+          const float* up = a.units + (((size_t(r) * S + k) * SL + slot) * HID + row) * KC;
+          const float w = wts[k * SL + slot];
+          float* out = tv + (size_t(k) * SL + n) * KC * kDnRows + rr;
+          for (int kc0 = 0; kc0 < KC; kc0 += 8) {
+            float v[8];
+K4_MOE_UNROLL
+            for (int j = 0; j < 8; ++j) v[j] = kc0 + j < KC ? up[kc0 + j] : 0.0f;
+K4_MOE_UNROLL
+            for (int j = 0; j < 8; ++j)
+              if (kc0 + j < KC) out[size_t(kc0 + j) * kDnRows] = v[j] * w;
+          }
+        });
     }
     c.each(kDnRows * kQuarters * kTokenGroups, [&](int i) {
       const int rr = i % kDnRows, q = (i / kDnRows) % kQuarters, kg = i / (kDnRows * kQuarters);
       const int row = task * kDnRows + rr;
+      // wide: this row's zero-row units are all +0 (no NaN weight scale or code), so a chain
+      // need not visit them (the other tokens' units: all but 5 of up to 65 experts at S = 16)
+      const bool zero_terms_plus0 = wide && (rnan[rr] == 0 || K4_MUTANT_ON(67));
       for (int k = kg; k < S; k += kTokenGroups) {
         const int32_t* idk = ids + size_t(k) * SL;
         auto unit = [&](int s, int kc) {
@@ -370,6 +425,11 @@ struct DownBody {
           const int e = slot_expert(idk, s, cfg);
           return down_unit(w2_row(e, row), s2_row(e, row), kc, expert_fp8(cfg, e), mid8 + (size_t(k) * SL + s) * I,
                            midsc + (size_t(k) * SL + s) * IB, dec, fp4);
+        };
+        // wide: real unit n of token k (its slot, chunk kc) times its weight, gathered or computed
+        auto term_of = [&](int n, int slot, int kc) {
+          if (a.units != nullptr) return tv[((size_t(k) * SL + n) * KC + kc) * kDnRows + rr];
+          return unit(slot, kc) * wts[k * SL + slot];
         };
         float* pk = part + (size_t(k) * kDnRows + rr) * kQuarters * 2;
         if (!wide) {
@@ -388,6 +448,24 @@ struct DownBody {
           }
           pk[q] = K4_MUTANT_ON(70) ? sh : acc;
           pk[kQuarters + q] = K4_MUTANT_ON(70) ? 0.0f : sh;
+        } else if (cfg.wide_down_order != 0 && zero_terms_plus0) {
+          // V3 as below, visiting only token k's own units: every other term is +0 here, and a
+          // run of +0 terms is one add of +0 (x + +0 = x but -0 + +0 = +0; +0 + +0 = +0)
+          const int* rl = real + k * (kMaxSlots + 1);
+          float acc = 0.0f;
+          int next = 0;  // the next iteration the loop below would visit
+          for (int n = 0; n < rl[kMaxSlots]; ++n) {
+            const int du = rl[n], slot = slot_for[k * u_max + du];
+            for (int h = 0; h < 2; ++h) {
+              const int c_raw = q + 4 * h, it = 2 * du + h;
+              if (c_raw >= KC) continue;
+              if (it > next) acc = acc + 0.0f;
+              acc = acc + term_of(n, slot, c_raw);
+              next = it + 1;
+            }
+          }
+          if (2 * u_max - 1 >= next) acc = acc + 0.0f;
+          pk[q] = acc;
         } else if (cfg.wide_down_order != 0) {  // V3: expert E_u's chunks q then q + 4, u = 0..nu
           const int nu = uexp[kMaxTokens * 4 + 1];
           float acc = 0.0f;
@@ -407,7 +485,22 @@ struct DownBody {
           const int nu = uexp[kMaxTokens * 4 + 1], n_units = (cfg.shared_fp8 ? nu : nu + 1) * KC;
           const int dn_witers = (u_max * KC + 3) / 4;
           float acc = 0.0f;
-          for (int it = 0; it < dn_witers; ++it) {
+          if (zero_terms_plus0) {  // as the loop below, visiting only token k's own units (V3's note)
+            const int* rl = real + k * (kMaxSlots + 1);
+            int next = q;  // the next j the loop below would visit
+            for (int n = 0; n < rl[kMaxSlots]; ++n) {
+              const int du = rl[n], slot = slot_for[k * u_max + du];
+              if (du * KC >= n_units) break;
+              for (int dkc = (q - du * KC % 4 + 4) % 4; dkc < KC; dkc += 4) {
+                const int j = du * KC + dkc;
+                if (j > next) acc = acc + 0.0f;
+                acc = acc + term_of(n, slot, dkc);
+                next = j + 4;
+              }
+            }
+            if (q + 4 * (dn_witers - 1) >= next) acc = acc + 0.0f;
+          }
+          for (int it = 0; !zero_terms_plus0 && it < dn_witers; ++it) {
             const int j = q + 4 * it;
             float term = 0.0f;
             if (j < n_units) {
@@ -500,6 +593,10 @@ void launch_experts_down(const DownArgs& a, hipStream_t s) {
                           .add<int32_t>(kMaxTokens * kMaxSlots)
                           .add<float>(kMaxTokens * kMaxSlots)
                           .add<uint8_t>(size_t(cfg.top_k * a.tokens + 1) * kDnRows * (cfg.inter / 128))
+                          .add<uint8_t>(size_t(cfg.top_k * a.tokens + 1) * kDnRows)
+                          .add<uint8_t>(kDnRows)
+                          .add<int32_t>(size_t(kMaxTokens) * (kMaxSlots + 1))
+                          .add<float>(size_t(a.tokens) * cfg.moe_slots * (cfg.inter / 128) * kDnRows)
                           .used;
   launch(DownBody{a}, Grid{cfg.hidden / kDnRows, a.ranks, 1}, kDnRows * kQuarters * kTokenGroups, smem, s);
 }

@@ -9,7 +9,8 @@
 //                   blocks of the 32 gate and 32 up rows (4 m16 tiles) for up to 16 of the
 //                   expert's (token, slot) uses (2 n8 column groups); each lane's chains run
 //                   over the blocks in order (c = c + block), then g = 0 + c_0 + .. + c_7 in
-//                   shared memory, swiglu, bf16, the MXFP8 block of the 32 rows
+//                   shared memory, swiglu, bf16, the MXFP8 block of the 32 rows; a pass of one
+//                   use runs the rotated tiles (tile_rot: 4 blocks' limb sums in one n8 tile)
 //   fast_down_units CTA = (expert, 128 rows, rank), warp = 32 rows: every 128-k unit
 //                   (c = 0; c = c + block, 4 blocks) of the expert's uses into DownArgs::units;
 //                   moe.cu's down kernel then assembles them in the narrow or wide order.
@@ -20,6 +21,7 @@
 // The host emulation has no warps: fast_moe_supported() is false there (the runner then
 // takes moe.cu's kernels).
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "device/exact_mma.hpp"
@@ -147,13 +149,73 @@ K4_FAST_UNROLL
   }
 }
 
+// One use (a single B column) by column rotation: block b0 + j's lo and mid limbs in columns
+// 2j, 2j + 1 of accumulator D[0], its hi limb in column 2j of D[1], so after the 4 blocks of a
+// 64-byte group lane (g, t) holds block b0 + t's three limb sums of rows g and g + 8 -- every lane
+// one block value a row instead of 1 lane in 8. Lane (g, t) feeds column g of every block's B:
+// lm / hv = limb g % 2 / limb 2 (g even; else 0) of block b0 + g / 2, used in MMA j = g / 2 and
+// 0 in the others. The same exact sums as tile_block's (each column only ever holds one block's
+// products), the same block_value, and the rows' chains c = c + value over the 4 blocks in order
+// (block b0 + j's value from lane (g, j)), so the same bits.
+__device__ inline void tile_rot(float (&c)[2], const uint4& w_lo, const uint4& w_hi, uint32_t s_lo, uint32_t s_hi,
+                                const uint2& lm, const uint2& hv, const float* fb, const uint8_t* sb, int b0, int g,
+                                int t) {
+  FragC D[2] = {};
+K4_FAST_UNROLL
+  for (int j = 0; j < 4; ++j) {
+    FragA P, Q;
+    a_pq(word_of(w_lo, j), word_of(w_hi, j), P, Q);
+    const bool mine = g / 2 == j;
+    FragB Blm, Bh;
+    Blm.r[0] = mine ? lm.x : 0u, Blm.r[1] = mine ? lm.y : 0u;
+    Bh.r[0] = mine ? hv.x : 0u, Bh.r[1] = mine ? hv.y : 0u;
+    mma_s8(D[0], P, Blm);
+    mma_s8(D[0], Q, Blm);
+    mma_s8(D[1], P, Bh);
+    mma_s8(D[1], Q, Bh);
+  }
+  const int b = b0 + t;
+  const uint8_t sa0 = uint8_t(s_lo >> (8 * t)), sa1 = uint8_t(s_hi >> (8 * t));
+  const float v0 = block_value(D[0].r[0] + 128 * D[0].r[1] + 16384 * D[1].r[0], sa0, fb[b], sb[b]);
+  const float v1 = block_value(D[0].r[2] + 128 * D[0].r[3] + 16384 * D[1].r[2], sa1, fb[b], sb[b]);
+K4_FAST_UNROLL
+  for (int j = 0; j < 4; ++j) {
+    const float x0 = f32_from_bits(lane_shfl(f32_bits(v0), g * 4 + j));
+    const float x1 = f32_from_bits(lane_shfl(f32_bits(v1), g * 4 + j));
+    c[0] = c[0] + x0;
+    c[1] = c[1] + x1;
+  }
+}
+// Lane (g, t)'s B words of a rotated group (tile_rot): limb g % 2 and (g even) limb 2 of block
+// bj = b0 + g / 2, from the use's limbs (e4m3_limbs' layout, lane pointer src).
+__device__ inline void load_rot(uint2& lm, uint2& hv, const uint32_t* src, int bj, int g) {
+  lm = *reinterpret_cast<const uint2*>(src + size_t(bj) * 24 + (g % 2) * 8);
+  hv = g % 2 == 0 ? *reinterpret_cast<const uint2*>(src + size_t(bj) * 24 + 16) : make_uint2(0u, 0u);
+}
+
 // The (token, slot) uses of expert e on rank r, token-major (moe.cu's order); count returned.
-__device__ inline int build_uses(int* uses, const int32_t* ids, int r, int e, int S, const DevCfg& cfg) {
-  if (threadIdx.x == 0) {
+// Thread ks (= k * slots + s) tests its slot; a use's place is the number of hits before it
+// (the hit bytes summed a word at a time), so the list is in ks order, as one thread's loop
+// over k, then s would write it. Needs blockDim.x >= S * slots (<= 128) and `hit` of
+// kMaxUseList bytes, 4-byte aligned.
+__device__ inline int build_uses(int* uses, uint8_t* hit, const int32_t* ids, int r, int e, int S, const DevCfg& cfg) {
+  const int n_ks = S * cfg.moe_slots, i = int(threadIdx.x), words = (n_ks + 3) / 4;
+  if (i < words * 4) {
+    const int id = i < n_ks ? ids[size_t(r) * n_ks + i] : -1;
+    hit[i] = i < n_ks && (id < cfg.n_experts - 1 ? id : cfg.n_experts - 1) == e ? 1 : 0;  // slot_expert
+  }
+  __syncthreads();
+  if (i < n_ks && hit[i] != 0) {
+    const uint32_t* hw = reinterpret_cast<const uint32_t*>(hit);
+    int before = 0;
+    for (int w = 0; w < i / 4; ++w) before += int((hw[w] * 0x01010101u) >> 24);  // bytes are 0 / 1
+    for (int j = i & ~3; j < i; ++j) before += hit[j];
+    uses[before] = i;
+  }
+  if (i == 0) {
+    const uint32_t* hw = reinterpret_cast<const uint32_t*>(hit);
     int n = 0;
-    for (int k = 0; k < S; ++k)
-      for (int s = 0; s < cfg.moe_slots; ++s)
-        if (slot_expert(ids + (size_t(r) * S + k) * cfg.moe_slots, s, cfg) == e) uses[n++] = k * cfg.moe_slots + s;
+    for (int w = 0; w < words; ++w) n += int((hw[w] * 0x01010101u) >> 24);
     uses[kMaxUseList - 1] = n;
   }
   __syncthreads();
@@ -192,6 +254,7 @@ __global__ void __launch_bounds__(128) e4m3_limbs_kernel(LimbsArgs a) {
 // Shared memory of a CTA: the uses, the pass's B factors and scales, the 8 waves' chains, mid.
 struct UgSmem {
   int uses[kMaxUseList];
+  alignas(4) uint8_t hit[kMaxUseList + 3];
   float* fb;        // (kUses, KB)
   uint8_t* sb;      // (kUses, KB)
   float* chains;    // (waves, 4 tiles, 16 rows, kUses)
@@ -204,16 +267,15 @@ __device__ void up_gate_slice(const FastUpGateArgs& a, int r, int e, int rg, int
   const int HID = cfg.hidden, I = cfg.inter, KB = HID / 32, SL = cfg.moe_slots, S = a.tokens;
   const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   const size_t ex = size_t(r) * cfg.n_experts + e;
-  const uint8_t* w13 = a.ex.w13[ex];
+  // row x of the 8 (tile q = x / 2: gate (q < 2) or up rows, 16 (q % 2) .. of the 32; rows g, g + 8):
+  // its weights at w13 + 16 (row KB) + 16 t, its scales at s13 + row KB. 32-bit offsets (an
+  // expert's w13 is 2 I HID / 2 bytes < 2^32): 8 registers where 16 pointers took 32.
+  const uint8_t* w13 = a.ex.w13[ex] + 16 * t;
   const uint8_t* s13 = a.ex.s13[ex];
-  const uint8_t* wrow[8];
-  const uint8_t* srow[8];
-  for (int q = 0; q < 4; ++q)  // tile q: gate (q < 2) or up rows, 16 (q % 2) .. of the 32
-    for (int x = 0; x < 2; ++x) {
-      const int row = (q / 2) * I + rg * 32 + (q % 2) * 16 + g + 8 * x;
-      wrow[2 * q + x] = w13 + size_t(row) * (HID / 2) + 16 * t;
-      srow[2 * q + x] = s13 + size_t(row) * KB;
-    }
+  uint32_t roff[8];
+  for (int q = 0; q < 4; ++q)
+    for (int x = 0; x < 2; ++x) roff[2 * q + x] = uint32_t((q / 2) * I + rg * 32 + (q % 2) * 16 + g + 8 * x) * uint32_t(KB);
+  const int wb = KB / cfg.waves, G0 = w * wb / 4, G1 = (w + 1) * wb / 4;
   const uint32_t* xb[NG];
   for (int grp = 0; grp < NG; ++grp) {
     const int u = grp * 8 + g;  // this lane's B column
@@ -223,13 +285,12 @@ __device__ void up_gate_slice(const FastUpGateArgs& a, int r, int e, int rg, int
   for (int grp = 0; grp < NG; ++grp)
     for (int q = 0; q < 4; ++q)
       for (int i = 0; i < 4; ++i) ch[q][grp][i] = 0.0f;
-  const int wb = KB / cfg.waves, G0 = w * wb / 4, G1 = (w + 1) * wb / 4;
   for (int G = G0; G < G1; ++G) {
     uint4 wv[8];
     uint32_t sv[8];
     for (int x = 0; x < 8; ++x) {
-      wv[x] = load_stream(wrow[x] + size_t(G) * 64);
-      sv[x] = *reinterpret_cast<const uint32_t*>(srow[x] + 4 * G);
+      wv[x] = load_stream(w13 + (16 * roff[x] + 64 * uint32_t(G)));
+      sv[x] = *reinterpret_cast<const uint32_t*>(s13 + (roff[x] + 4 * uint32_t(G)));
     }
 K4_FAST_UNROLL
     for (int j = 0; j < 4; ++j) {
@@ -248,10 +309,46 @@ K4_FAST_UNROLL
       }
 }
 
-// 2 CTAs a SM (registers capped at 128; ptxas spills ~190 bytes a thread to L1-resident stack):
+// up_gate_slice for a pass of one use (nu == 1): the rotated tiles (tile_rot), rows g and g + 8
+// of each tile's chains a lane.
+__device__ void up_gate_slice_rot(const FastUpGateArgs& a, int r, int e, int rg, int w, const UgSmem& sm, int u0) {
+  const DevCfg& cfg = a.cfg;
+  const int HID = cfg.hidden, I = cfg.inter, KB = HID / 32, SL = cfg.moe_slots, S = a.tokens;
+  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const size_t ex = size_t(r) * cfg.n_experts + e;
+  const uint8_t* w13 = a.ex.w13[ex] + 16 * t;
+  const uint8_t* s13 = a.ex.s13[ex];
+  uint32_t roff[8];  // as up_gate_slice's
+  for (int q = 0; q < 4; ++q)
+    for (int x = 0; x < 2; ++x) roff[2 * q + x] = uint32_t((q / 2) * I + rg * 32 + (q % 2) * 16 + g + 8 * x) * uint32_t(KB);
+  const int wb = KB / cfg.waves, G0 = w * wb / 4, G1 = (w + 1) * wb / 4;
+  const uint32_t* xr = a.xlimbs + ((size_t(r) * S + sm.uses[u0] / SL) * KB) * 24 + t * 2;
+  float cr[4][2];
+  for (int q = 0; q < 4; ++q) cr[q][0] = 0.0f, cr[q][1] = 0.0f;
+  for (int G = G0; G < G1; ++G) {
+    uint4 wv[8];
+    uint32_t sv[8];
+    for (int x = 0; x < 8; ++x) {
+      wv[x] = load_stream(w13 + (16 * roff[x] + 64 * uint32_t(G)));
+      sv[x] = *reinterpret_cast<const uint32_t*>(s13 + (roff[x] + 4 * uint32_t(G)));
+    }
+    uint2 lm, hv;
+    load_rot(lm, hv, xr, 4 * G + g / 2, g);
+K4_FAST_UNROLL
+    for (int q = 0; q < 4; ++q) tile_rot(cr[q], wv[2 * q], wv[2 * q + 1], sv[2 * q], sv[2 * q + 1], lm, hv, sm.fb, sm.sb, 4 * G, g, t);
+  }
+  if (t == 0)
+    for (int q = 0; q < 4; ++q) {
+      sm.chains[((w * 4 + q) * 16 + g) * kUses] = cr[q][0];
+      sm.chains[((w * 4 + q) * 16 + g + 8) * kUses] = cr[q][1];
+    }
+}
+
+// 2 CTAs a SM (registers capped at 128; ptxas spills ~100 bytes a thread to L1-resident stack):
 // the kernel is issue-latency bound with 8 warps a SM (ncu: 8.2 cycles between a warp's
 // instructions, 23% SM throughput), and 16 warps measured 1.5x faster on the H200
 // (docs/performance.md). The bits cannot change: the same instructions, other registers.
+template <bool kRot>
 __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) {
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ UgSmem sm;
@@ -272,7 +369,7 @@ __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) 
     sm.midv = sm.chains + cfg.waves * 4 * 16 * kUses;
     sm.sb = reinterpret_cast<uint8_t*>(sm.midv + kUses * 32);
   }
-  const int n_use = build_uses(sm.uses, a.ids, r, e, S, cfg);
+  const int n_use = build_uses(sm.uses, sm.hit, a.ids, r, e, S, cfg);
   const int w = int(threadIdx.x) / 32;
   for (int u0 = 0; u0 < n_use; u0 += kUses) {
     const int nu = n_use - u0 < kUses ? n_use - u0 : kUses;
@@ -288,6 +385,7 @@ __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) 
     }
     __syncthreads();
     if (nu > 8) up_gate_slice<2>(a, r, e, rg, w, sm, u0, nu);
+    else if (kRot && nu == 1) up_gate_slice_rot(a, r, e, rg, w, sm, u0);
     else up_gate_slice<1>(a, r, e, rg, w, sm, u0, nu);
     __syncthreads();
     for (int i = int(threadIdx.x); i < nu * 32; i += int(blockDim.x)) {
@@ -368,10 +466,54 @@ K4_FAST_UNROLL
   }
 }
 
+// down_units_tile for a pass of one use (nu == 1): the rotated tiles (tile_rot), a unit = one
+// 64-byte group.
+__device__ void down_units_rot(const FastUnitsArgs& a, int r, int e, int row0, const int* uses, int u0, const float* fb,
+                               const uint8_t* sbs) {
+  const DevCfg& cfg = a.cfg;
+  const int HID = cfg.hidden, I = cfg.inter, IB = I / 32, KC = I / 128, SL = cfg.moe_slots, S = a.tokens;
+  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const size_t ex = size_t(r) * cfg.n_experts + e;
+  const uint8_t* w2 = a.ex.w2[ex];
+  const uint8_t* s2 = a.ex.s2[ex];
+  const uint8_t* wrow[4];
+  const uint8_t* srow[4];
+  for (int h = 0; h < 2; ++h)
+    for (int x = 0; x < 2; ++x) {
+      const int row = row0 + 16 * h + g + 8 * x;
+      wrow[2 * h + x] = w2 + size_t(row) * (I / 2) + 16 * t;
+      srow[2 * h + x] = s2 + size_t(row) * IB;
+    }
+  const size_t use = size_t(r) * S * SL + uses[u0];
+  const uint32_t* mr = a.mlimbs + (use * IB) * 24 + t * 2;
+  for (int kc = 0; kc < KC; ++kc) {
+    uint4 wv[4];
+    uint32_t sv[4];
+    for (int x = 0; x < 4; ++x) {
+      wv[x] = load_stream(wrow[x] + size_t(kc) * 64);
+      sv[x] = *reinterpret_cast<const uint32_t*>(srow[x] + 4 * kc);
+    }
+    uint2 lm, hv;
+    load_rot(lm, hv, mr, 4 * kc + g / 2, g);
+K4_FAST_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      float un[2] = {0.0f, 0.0f};
+      tile_rot(un, wv[2 * h], wv[2 * h + 1], sv[2 * h], sv[2 * h + 1], lm, hv, fb, sbs, 4 * kc, g, t);
+      if (t == 0) {
+        const int row = row0 + 16 * h + g;
+        a.units[(use * HID + row) * KC + kc] = un[0];
+        a.units[(use * HID + row + 8) * KC + kc] = un[1];
+      }
+    }
+  }
+}
+
 constexpr int kDnWarps = 4;  // 32 rows a warp, 128 a CTA
 
+template <bool kRot>
 __global__ void __launch_bounds__(128) fast_down_units_kernel(FastUnitsArgs a) {
   __shared__ int uses[kMaxUseList];
+  __shared__ __align__(4) uint8_t hit[kMaxUseList + 3];
   __shared__ float fb[kUses * 32];  // (kUses, IB <= 32)
   __shared__ uint8_t sbs[kUses * 32];
   const DevCfg& cfg = a.cfg;
@@ -384,7 +526,7 @@ __global__ void __launch_bounds__(128) fast_down_units_kernel(FastUnitsArgs a) {
     if (threadIdx.x == 0) atomicExch(a.missing, 1);
     return;
   }
-  const int n_use = build_uses(uses, a.ids, r, e, S, cfg);
+  const int n_use = build_uses(uses, hit, a.ids, r, e, S, cfg);
   const int row0 = int(blockIdx.y) * 32 * kDnWarps + 32 * (int(threadIdx.x) / 32);
   for (int u0 = 0; u0 < n_use; u0 += kUses) {
     const int nu = n_use - u0 < kUses ? n_use - u0 : kUses;
@@ -400,9 +542,19 @@ __global__ void __launch_bounds__(128) fast_down_units_kernel(FastUnitsArgs a) {
     }
     __syncthreads();
     if (nu > 8) down_units_tile<2>(a, r, e, row0, uses, u0, nu, fb, sbs);
+    else if (kRot && nu == 1) down_units_rot(a, r, e, row0, uses, u0, fb, sbs);
     else down_units_tile<1>(a, r, e, row0, uses, u0, nu, fb, sbs);
     __syncthreads();
   }
+}
+
+// K4_FAST_ROT=0: one-use passes on the plain tiles too (the column rotation off; for timing)
+bool fast_rot() {
+  static const bool on = [] {
+    const char* e = std::getenv("K4_FAST_ROT");
+    return e == nullptr || e[0] != '0';
+  }();
+  return on;
 }
 
 size_t up_gate_smem(const DevCfg& cfg) {
@@ -424,14 +576,16 @@ void launch_fast_up_gate(const FastUpGateArgs& a, hipStream_t s) {
   const DevCfg& cfg = a.cfg;
   if (!fast_moe_supported(cfg, a.tokens)) throw std::invalid_argument("fast up/gate: this config is not supported");
   const size_t smem = up_gate_smem(cfg);
-  static size_t allowed = 48 * 1024;
-  if (smem > allowed) {
-    K4_HIP_CHECK(hipFuncSetAttribute(reinterpret_cast<const void*>(&fast_up_gate_kernel),
+  const bool rot = fast_rot();
+  static size_t allowed[2] = {48 * 1024, 48 * 1024};
+  if (smem > allowed[rot]) {
+    K4_HIP_CHECK(hipFuncSetAttribute(reinterpret_cast<const void*>(rot ? &fast_up_gate_kernel<true> : &fast_up_gate_kernel<false>),
                                      hipFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    allowed = smem;
+    allowed[rot] = smem;
   }
   const int max_experts = std::min(cfg.n_experts, cfg.top_k * a.tokens + 1);
-  hipLaunchKernelGGL(fast_up_gate_kernel, dim3(unsigned(max_experts), unsigned(cfg.inter / 32), unsigned(a.ranks)),
+  void (*const kernel)(FastUpGateArgs) = rot ? &fast_up_gate_kernel<true> : &fast_up_gate_kernel<false>;
+  hipLaunchKernelGGL(kernel, dim3(unsigned(max_experts), unsigned(cfg.inter / 32), unsigned(a.ranks)),
                      dim3(32 * cfg.waves), smem, s, a);
   K4_HIP_CHECK_LAUNCH();
 }
@@ -441,7 +595,8 @@ void launch_fast_down_units(const FastUnitsArgs& a, hipStream_t s) {
   if (!fast_moe_supported(cfg, a.tokens) || cfg.hidden % (32 * kDnWarps) != 0 || cfg.inter / 32 > 32)
     throw std::invalid_argument("fast down: this config is not supported");
   const int max_experts = std::min(cfg.n_experts, cfg.top_k * a.tokens + 1);
-  hipLaunchKernelGGL(fast_down_units_kernel,
+  void (*const kernel)(FastUnitsArgs) = fast_rot() ? &fast_down_units_kernel<true> : &fast_down_units_kernel<false>;
+  hipLaunchKernelGGL(kernel,
                      dim3(unsigned(max_experts), unsigned(cfg.hidden / (32 * kDnWarps)), unsigned(a.ranks)),
                      dim3(32 * kDnWarps), 0, s, a);
   K4_HIP_CHECK_LAUNCH();

@@ -65,7 +65,7 @@ set_tests_properties(k4_emu_mutants/kill-table PROPERTIES LABELS "emulation;muta
 set(_k4_emu_env "OMP_WAIT_POLICY=passive")
 set(_k4_emu_stages "-ts=gpu_stages")
 add_test(NAME k4_emu_tests/stages COMMAND k4_emu_tests ${_k4_emu_stages}
-         "-tc=plant probe,sanitizer case,stage twins,adversarial,per-rank index scores,paths variants,router variants,pad rows out of the wide MoE" --no-colors=true)
+         "-tc=plant probe,sanitizer case,stage twins,adversarial,per-rank index scores,paths variants,router variants,pad rows out of the wide MoE,indexer context parallelism" --no-colors=true)
 add_test(NAME k4_emu_tests/all-reduce COMMAND k4_emu_tests ${_k4_emu_stages} "-tc=all-reduce forms" --no-colors=true)
 add_test(NAME k4_emu_tests/full-preset COMMAND k4_emu_tests ${_k4_emu_stages} "-tc=full preset" --no-colors=true)
 add_test(NAME k4_emu_tests/golden COMMAND k4_emu_tests -ts=gpu_golden --no-colors=true)

@@ -12,6 +12,11 @@
 //  - a long request (its last row > THREADS blocks) selects through the seed's lane
 //    networks: each of N_SPLIT shares -> each wave's exact top 16 of its 2 x 64 lanes (bitonic
 //    sort16_desc + merge16_best) -> the share's top 16 (rank_cands) -> the row's (rank_cands).
+//  - index.cp = on (VARIANTS.md V6.2, docs/numerics.md V6.2.1-3; every index head:
+//    ih_count (seed:L533-L548)): long from n_blk > 288 (INDEX_CP_FROM_BLOCKS); rank r's share
+//    2 s + h is owner rank s's half h of its own blocks own0 + TP j, own0 = init + ((s - init)
+//    mod TP) (a mod that is never negative), scored with head r's scores (rank r's own, as
+//    the model reads them) at min(b, last); blocks below init_blocks are no candidate.
 // Kernels: short rows (one block a row and rank, thread b keys block b); long shares (one
 // block a (row, share) and rank: 8 waves of 64 lanes run the networks lane by lane in shared
 // memory, so nothing depends on the warp size); long rows' final merge and placement.
@@ -28,6 +33,7 @@ namespace {
 constexpr int32_t kKeyNone = INT32_MIN;  // seed KEY_NONE
 constexpr int kNetLanes = 64;            // the seed's wave: the networks' lane groups
 constexpr int kCandBatch = 2;            // seed CAND_BATCH
+constexpr int kIndexCpFromBlocks = 288;  // INDEX_CP_FROM_BLOCKS (VARIANTS.md V6.2 rule 1)
 
 // Sort key of block b's score: reference/numerics/keys.hpp (index_key (seed:L312-L321)).
 K4_BODY int32_t index_key(const DevCfg& cfg, int b, float score, int n_blk) {
@@ -52,7 +58,11 @@ K4_BODY RowInfo row_info(const IndexArgs& a, int k) {
   RowInfo r;
   r.ctx = a.seq_lens[k] > 1 ? a.seq_lens[k] : 1;
   r.n_blk = n_blk_of(k);
-  r.long_path = n_blk_of(last) > a.cfg.long_from_blocks - (K4_MUTANT_ON(9) ? 1 : 0);
+  // under index.cp (V6.2) from INDEX_CP_FROM_BLOCKS = 288 (step_rows (seed:L294-L296)), else
+  // past THREADS blocks
+  const int from = a.cfg.index_cp && !K4_MUTANT_ON(80) ? kIndexCpFromBlocks - (K4_MUTANT_ON(79) ? 1 : 0)
+                                                      : a.cfg.long_from_blocks - (K4_MUTANT_ON(9) ? 1 : 0);
+  r.long_path = n_blk_of(last) > from;
   return r;
 }
 
@@ -233,20 +243,43 @@ struct LongShareBody {
     int32_t* cand_k = carve.take<int32_t>(cfg.waves * 16);
     int32_t* cand_b = carve.take<int32_t>(cfg.waves * 16);
     const int n_blk = row.n_blk;
-    const int span = (n_blk + NS - 1) / NS, lo = part * span, hi = lo + span < n_blk ? lo + span : n_blk;
     const float* sc = a.scores + (size_t(r) * S + k) * a.score_width;  // rank r's own scores
-    c.each(n, [&](int t) {  // thread t = wave * 64 + lane keys blocks lo + t and lo + t + THREADS
-      for (int i = 0; i < kCandBatch; ++i) {
-        const int b = lo + t + cfg.threads * i;
-        const bool lv = b < hi;
-        int slot = b > cfg.init_blocks ? b : cfg.init_blocks;
-        slot = slot < n_blk - 1 - cfg.local_blocks ? slot : n_blk - 1 - cfg.local_blocks;
-        const int32_t key = lv ? index_key(cfg, b, sc[slot > 0 ? slot : 0], n_blk) : kKeyNone;
-        const Lanes h = i == 0 ? h0 : h1;
-        h.k[t] = key;
-        h.b[t] = lv ? b : -1;
-      }
-    });
+    if (cfg.index_cp) {
+      // rank r's sel_cp slot `part` = 2 s + h (out_slot (seed:L546-L547)): owner rank s's half h
+      // of its own blocks own0 + TP j (own0 (seed:L534)), keyed with head r's scores
+      const int TP = cfg.tp, init = cfg.init_blocks, s = part / 2;
+      const int rem = K4_MUTANT_ON(78) ? (s - init) % TP : ((s - init) % TP + TP) % TP;  // Python's mod
+      const int own0 = K4_MUTANT_ON(77) ? s : init + rem;
+      const int n_own = K4_MUTANT_ON(81) ? (n_blk - own0) / TP : (n_blk - own0 + TP - 1) / TP;
+      // the last scored one: the local blocks' slots hold no score (last (seed:L537))
+      const int last = own0 + TP * ((n_blk - cfg.local_blocks - own0 + TP - 1) / TP - 1);
+      const int span = (n_own + 1) / 2, lo = (part % 2) * span, hi = lo + span < n_own ? lo + span : n_own;
+      c.each(n, [&](int t) {  // thread t keys own blocks j = lo + t and lo + t + THREADS
+        for (int i = 0; i < kCandBatch; ++i) {
+          const int j = lo + t + cfg.threads * i, b = own0 + TP * j;
+          const bool lv = j < hi;
+          const int slot = b < last ? b : last;  // head r's logical scores: block b at b
+          const int32_t key = lv ? index_key(cfg, b, sc[K4_MUTANT_ON(82) ? slot / TP : slot], n_blk) : kKeyNone;
+          const Lanes h = i == 0 ? h0 : h1;
+          h.k[t] = key;
+          h.b[t] = lv ? b : -1;
+        }
+      });
+    } else {
+      const int span = (n_blk + NS - 1) / NS, lo = part * span, hi = lo + span < n_blk ? lo + span : n_blk;
+      c.each(n, [&](int t) {  // thread t = wave * 64 + lane keys blocks lo + t and lo + t + THREADS
+        for (int i = 0; i < kCandBatch; ++i) {
+          const int b = lo + t + cfg.threads * i;
+          const bool lv = b < hi;
+          int slot = b > cfg.init_blocks ? b : cfg.init_blocks;
+          slot = slot < n_blk - 1 - cfg.local_blocks ? slot : n_blk - 1 - cfg.local_blocks;
+          const int32_t key = lv ? index_key(cfg, b, sc[slot > 0 ? slot : 0], n_blk) : kKeyNone;
+          const Lanes h = i == 0 ? h0 : h1;
+          h.k[t] = key;
+          h.b[t] = lv ? b : -1;
+        }
+      });
+    }
     wave_best(c, h0, h1, tmp, n);
     c.each(cfg.waves * 16, [&](int i) {
       const int w = i / 16, lane = i % 16;

@@ -105,6 +105,13 @@ inline constexpr MutantInfo kMutants[] = {
   {11, "0 index", "index.cu", "order", "rank_cands: partner row not reversed (bitonic merge of two descending rows)", "R0.9: rank_cands (seed:L436-L452)", ""},
   {12, "0 index", "index.cu", "selection", "lane networks: ties to the lower block id (and dead slots beat NaN blocks)", "R0.9, R0.10: merge16_best (seed:L395-L435), ch (seed:L583-L584)", ""},
   {13, "0 index", "index.cu", "threshold", "a row is scored from n_blk >= 16 (the seed: > 16, id order at 16)", "R0.2, R0.4: scored_k (seed:L356), n_blk (seed:L488-L489)", ""},
+  // index.cp = on (docs/numerics.md V6.2): the CP shares and threshold
+  {77, "0 index", "index.cu", "selection", "index.cp: own0 = the owner rank (init_blocks ignored): blocks below init are candidates", "V6.2.2: own0 (seed:L534)", ""},
+  {78, "0 index", "index.cu", "selection", "index.cp: own0 with C++'s remainder (negative for a rank below init_blocks) instead of the seed's Python mod", "V6.2.2: own0 (seed:L534)", ""},
+  {79, "0 index", "index.cu", "threshold", "index.cp: long path from n_blk >= 288 (the rule: > 288)", "V6.2.1: step_rows (seed:L294-L296)", ""},
+  {80, "0 index", "index.cu", "threshold", "index.cp: long path past THREADS blocks (the one-head threshold) instead of 288", "V6.2.1: step_rows (seed:L294-L296)", ""},
+  {81, "0 index", "index.cu", "selection", "index.cp: n_own = floor((n_blk - own0) / TP): the owner's last block (the tail for one rank) not a candidate", "V6.2.2: n_own (seed:L535)", ""},
+  {82, "0 index", "index.cu", "semantic", "index.cp: the score read at the seed's CP slot min(b, last) div TP of the logical scores instead of min(b, last)", "V6.2.2: slots (seed:L545)", ""},
   // ---------------------------------------------------------------- stage 1: split.cu
   {14, "1 split", "split.cu", "conversion", "q -> E4M3 saturating (the seed's convert does not: > 464 is NaN)", "R1.1: qv (seed:L682), fp8_pack4 (seed:L743)", ""},
   {15, "1 split", "split.cu", "nan", "a masked key's score is its product (0) instead of NEG", "R1.3: kss (seed:L719-L730), sm_scale (seed:L762-L764)", ""},

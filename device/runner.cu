@@ -51,14 +51,6 @@ void sync() { K4_HIP_CHECK(hipDeviceSynchronize()); }
 
 [[noreturn]] void bad_weights(const std::string& what) { throw std::invalid_argument("weights: " + what); }
 
-// index.cp = on (V6.2, indexer context parallelism) is not in device/index.cu yet: every entry
-// that would select blocks refuses it rather than run the one-head selection.
-void refuse_index_cp(const Config& cfg) {
-  if (cfg.variant.index_cp)
-    throw std::invalid_argument("device kernels: index.cp = on (VARIANTS.md V6.2, indexer context parallelism) is not "
-                                "implemented in device/index.cu; run the reference model for this variant");
-}
-
 void expect_size(const std::string& what, size_t got, size_t want) {
   if (got != want) bad_weights(what + " has " + std::to_string(got) + " elements, expected " + std::to_string(want));
 }
@@ -170,7 +162,6 @@ struct Runner::Impl {
 
   explicit Impl(const LayerWeights& w) : cfg(w.cfg), dc(dev_cfg(w.cfg)), W(w.cfg.tp), src(w.experts) {
     cfg.validate();
-    refuse_index_cp(cfg);
     if (int(w.ranks.size()) != W) bad_weights(std::to_string(w.ranks.size()) + " rank shards for tp = " + std::to_string(W));
     if (!src) bad_weights("no expert source");
     const size_t H = cfg.hidden, OK = cfg.o_k(), E = cfg.n_routed;
@@ -712,7 +703,6 @@ Config one_rank(const Config& cfg) {
 }  // namespace
 
 void select_blocks(IndexOut& out, const StepShared& in, const std::vector<float>& scores, const Config& cfg) {
-  refuse_index_cp(cfg);
   const DevCfg dc = dev_cfg(cfg);
   const int S = in.tokens;
   if (scores.size() != size_t(S) * in.score_width)

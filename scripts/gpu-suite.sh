@@ -164,16 +164,17 @@ run() {
   if [[ $rc -eq 0 ]]; then note "golden suite: PASS ($((SECONDS - t0)) s)"; else note "golden suite: FAIL rc=$rc"; status=1; fi
   local work=${TMPDIR:-/tmp}/k4-gpu-suite.$$
   mkdir -p "$work"
-  for spec in "tiny 2 5 20000" "minimax-m3-tp4 4 16 65536"; do
-    read -r p tp S ctx <<<"$spec"
+  # (a fourth field: the golden's --variant; index.cp = on (V6.2): 287 / 288 blocks short, 289 up long)
+  for spec in "tiny 2 5 20000" "minimax-m3-tp4 4 16 65536" "tiny 4 6 36736,36864,36865,38400,256000,0 index.cp=on"; do
+    read -r p tp S ctx var <<<"$spec"
     t0=$SECONDS
-    timeout 120 "$suite/k4" golden --preset "$p" --tp "$tp" --tokens "$S" --context "$ctx" --out "$work/g.h5" --force \
+    timeout 120 "$suite/k4" golden --preset "$p" --tp "$tp" --tokens "$S" --context "$ctx" ${var:+--variant "$var"} --out "$work/g.h5" --force \
       >>"$out/tools.log" 2>&1 &&
       timeout 120 "$suite/k4_device" run "$work/g.h5" -o "$work/d.h5" --force --diff >>"$out/tools.log" 2>&1 &&
       timeout 120 "$suite/k4" diff "$work/g.h5" "$work/d.h5" >>"$out/tools.log" 2>&1
     rc=$?
-    if [[ $rc -eq 0 ]]; then note "k4 golden + k4_device run --diff + k4 diff, $p tp $tp S $S context $ctx: match ($((SECONDS - t0)) s)"
-    else note "k4 golden + k4_device run + k4 diff, $p tp $tp S $S: rc=$rc"; status=1; fi
+    if [[ $rc -eq 0 ]]; then note "k4 golden + k4_device run --diff + k4 diff, $p tp $tp S $S context $ctx${var:+ variant $var}: match ($((SECONDS - t0)) s)"
+    else note "k4 golden + k4_device run + k4 diff, $p tp $tp S $S${var:+ variant $var}: rc=$rc"; status=1; fi
     grep -E "^k4_device run: config|first divergence|tensors" "$out/tools.log" | tail -3 >>"$sum"
   done
   # a golden of `k4 golden --weights-file` (its w_o and expert rows virtual datasets over the
@@ -222,17 +223,18 @@ run() {
   for spec in "S4-mixed|--tokens 4 --context 1000,short,300,2000 --seed 3" \
               "S12-tp2-selected|--tp 2 --tokens 12 --context short --seed 7 --kv-form selected" \
               "S6-tp2-shared-fp8|--tp 2 --tokens 6 --context 1000,short,300,2000,long,900 --variant moe.shared_fp8=on --seed 4" \
-              "S4-tp2-mxfp8-experts|--tp 2 --tokens 4 --context 1000,short,300,2000 --variant moe.experts=mxfp8 --seed 4"; do
+              "S4-tp2-mxfp8-experts|--tp 2 --tokens 4 --context 1000,short,300,2000 --variant moe.experts=mxfp8 --seed 4" \
+              "S6-tp4-index-cp|--tp 4 --tokens 6 --context 36736,36864,36865,38400,256000,0 --variant index.cp=on --seed 8"; do
     read -r -a gargs <<<"${spec#*|}"
     timeout 60 "$suite/k4" golden --preset tiny --force "${gargs[@]}" --out "$kd/${spec%%|*}.h5" >>"$out/kut.log" 2>&1 || kk=1
   done
   timeout 240 "$suite/k4_device" run --kut "$suite/kut/libk4_kut_ours_device.so" "$kd"/*.h5 >"$out/kut-ours.log" 2>&1
   rc=$?
-  [[ $rc -eq 0 ]] && grep -q "device memory of" "$out/kut-ours.log" && grep -q "^4 of 4 cases bit-exact" "$out/kut-ours.log" || kk=1
+  [[ $rc -eq 0 ]] && grep -q "device memory of" "$out/kut-ours.log" && grep -q "^5 of 5 cases bit-exact" "$out/kut-ours.log" || kk=1
   timeout 120 "$suite/k4_device" run --kut "$suite/kut/libk4_kut_wrong_merge_device.so" "$kd"/*.h5 >"$out/kut-wrong.log" 2>&1
   local rw=$?
   [[ $rw -eq 1 ]] && grep -Eq "^FAIL  S[^:]*\.h5: rank [0-9], stage merge, tensor x_scale, element \[token [0-9]+\]" "$out/kut-wrong.log" || kk=1
-  if [[ $kk -eq 0 ]]; then note "kut (k4_device run --kut, device memory): ours 4 of 4 cases bit-exact; wrong merge caught ($((SECONDS - t0)) s)"
+  if [[ $kk -eq 0 ]]; then note "kut (k4_device run --kut, device memory): ours 5 of 5 cases bit-exact; wrong merge caught ($((SECONDS - t0)) s)"
   else note "kut (k4_device run --kut): FAIL (ours rc=$rc, wrong merge rc=$rw: kut-ours.log, kut-wrong.log)"; status=1; fi
   cat "$out/kut-ours.log" "$out/kut-wrong.log" | cut -c1-300 | head -16 >>"$sum"
 

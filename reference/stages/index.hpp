@@ -13,9 +13,9 @@
 //    above 1e29) it is dropped and n_ctx = min(16 * 128, ctx).
 //  - the sparse table's unselected slots hold 0 (a model convention: the seed leaves them
 //    unwritten; the kernel writes the 0s).
-//  - a request (q_len rows) whose last row has more than THREADS blocks is long: each of its
-//    rows selects through the split-candidate path (8 shares, each wave's exact top 16 by a
-//    bitonic network, merged), which must select the same blocks.
+//  - a request (q_len rows) whose last row has more than THREADS blocks (index.cp = on: 288) is long: its rows
+//    select by the split-candidate path (8 shares: eighths of the blocks; index.cp: owner ranks' halves of blocks
+//    >= init_blocks (V6.2); each share's exact top 16, merged) = the ranking of the blocks the shares hold.
 #pragma once
 #include <cstdint>
 #include <vector>

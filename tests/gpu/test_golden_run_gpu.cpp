@@ -40,6 +40,7 @@ struct GoldenCase {
   Scenario scn;
   const char* kv_form = "auto";
   const char* variant = "";  // a variant spec (reference/variant.hpp); empty: the scenario's
+  int init_blocks = -1;      // -1: the preset's
 };
 
 std::vector<GoldenCase> golden_cases() {
@@ -107,6 +108,12 @@ std::vector<GoldenCase> golden_cases() {
   v.back().variant = "moe.experts=mxfp8";
   add("MXFP8 shared expert (shared_fp8), wide", "tiny", 2, 8, {"long", "short", "medium"});
   v.back().variant = "moe.shared_fp8=on";
+  // V6.2 indexer context parallelism at TP 4: 287 / 288 blocks short, 289 and more long
+  add("index.cp: 287 .. 2000 blocks (V6.2)", "tiny", 4, 6, {"36736", "36864", "36865", "38400", "256000", "0"});
+  v.back().variant = "index.cp=on";
+  add("index.cp, init_blocks 2, q_len 2 (V6.2)", "tiny", 4, 6, {"36864", "36865", "36000", "36864", "100000", "100001"});
+  v.back().scn.q_len = 2;
+  v.back().variant = "index.cp=on", v.back().init_blocks = 2;
   add("full preset TP4 S=16 long", "minimax-m3-tp4", 4, 16, {"long"});
   // R5.14: a wide step in which each distinct expert's NaN s2 scale meets the zero mid rows of
   // the tokens not routed to it (those rows NaN for every token; kernel mutant 67 gives +0)
@@ -134,6 +141,7 @@ std::string make_golden(const GoldenCase& c, const std::string& path, uint64_t s
   Config cfg = preset(c.preset, c.tp);
   apply_scenario(c.scn, cfg);
   if (*c.variant) cfg.variant = parse_variant(c.variant);
+  if (c.init_blocks >= 0) cfg.init_blocks = c.init_blocks;
   validate_scenario(c.scn, cfg);
   const LayerWeights w = synth::synthetic_layer(cfg, seed);
   const StepInputs in = make_inputs(cfg, c.scn, seed, &w);

@@ -406,7 +406,37 @@ void add_down_cancel(CaseList& L) {
   });
 }
 
+// Mutants 77-82 (index.cp = on, docs/numerics.md V6.2): the index stage twin at TP 4 on rows of
+// 287 .. 4096 blocks (288: short, 289: long; 300: long only under CP), init_blocks 2 (rank 0 and
+// 1 below it: own0 by the never-negative mod, blocks 0 and 1 no candidate) and 0.
+void add_index_cp(CaseList& L) {
+  for (int init : {2, 0}) {
+    Config cfg = preset("tiny", 4);
+    cfg.variant.index_cp = true;
+    cfg.init_blocks = init;
+    cfg.validate();
+    const int B = cfg.sparse_block;
+    const StepInputs in =
+        test::random_step(cfg, {6, {287 * B, 288 * B, 288 * B + 1, 300 * B + 7, 1000 * B, 4096 * B - 1}, 1, uint64_t(51 + init)});
+    L.twin("index.cp twin: 287 .. 4096 blocks, init_blocks " + std::to_string(init), [cfg, in] {
+      TwinResult t;
+      for (int r = 0; r < cfg.tp && !t.diff.found; ++r) {
+        IndexOut ref, dev;
+        select_blocks(ref, in.shared, in.ranks[size_t(r)].index_scores, cfg);
+        gpu::select_blocks(dev, in.shared, in.ranks[size_t(r)].index_scores, cfg);
+        t.live = t.live || any_nonzero(ref.sparse_table);
+        diff_field(t.diff, 0, r, "index.sparse_table", dev.sparse_table, ref.sparse_table) ||
+            diff_field(t.diff, 0, r, "index.blocks", dev.blocks, ref.blocks) ||
+            diff_field(t.diff, 0, r, "index.n_ctx", dev.n_ctx, ref.n_ctx) ||
+            diff_field(t.diff, 0, r, "index.long_row", dev.long_row, ref.long_row);
+      }
+      return t;
+    });
+  }
+}
+
 void add_closers(CaseList& L) {
+  add_index_cp(L);
   add_signed_zero_ties(L);
   add_nan_v_past_context(L);
   add_router_specials(L);

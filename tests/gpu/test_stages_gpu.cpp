@@ -685,6 +685,67 @@ TEST_CASE("pad rows out of the wide MoE") {
   }
 }
 
+// Indexer context parallelism (index.cp = on, docs/numerics.md V6.2), TP 4: rows of 287, 288
+// (short: the threshold is n_blk > 288), 289, 290, 300, 513 and 4096 blocks, q_len 2 requests
+// whose last row crosses 288, a pad row; init_blocks 0 (the selection equals the one-head
+// path's, long_row differs), 2 and 3 (ranks below init_blocks: own0 by the never-negative mod;
+// blocks below init_blocks no candidate, where the one-head path pins them), every rank's own
+// scores (each selects its own set). Whole steps and the index stage twin, bit for bit.
+TEST_CASE("indexer context parallelism") {
+  const int B = 128;  // tiny's sparse_block
+  const std::vector<int> rows1 = {287 * B, 288 * B, 288 * B + 1, 289 * B + 5, 300 * B, 513 * B, 4096 * B - 3, 0};
+  const std::vector<int> rows2 = {288 * B, 288 * B + 1, 287 * B, 288 * B, 299 * B, 300 * B, 1000 * B, 1000 * B + 1};
+  for (int init : {0, 2, 3}) {
+    Config cfg = preset("tiny", 4);
+    cfg.variant = parse_variant("index.cp=on");
+    cfg.init_blocks = init;
+    cfg.validate();
+    REQUIRE(cfg.sparse_block == B);
+    Config one_head = cfg;
+    one_head.variant.index_cp = false;
+    const LayerWeights lw = test::random_layer(cfg, 1700 + init);
+    gpu::Runner runner(lw);
+    for (int q_len : {1, 2}) {
+      const std::vector<int>& seq = q_len == 1 ? rows1 : rows2;
+      const int S = int(seq.size());
+      const StepInputs in = test::random_step(cfg, {S, seq, q_len, uint64_t(1700 + 10 * init + q_len)});
+      const StepResult ref = run_step(lw, in);
+      const std::string what = "index.cp tiny tp4 init " + std::to_string(init) + " q_len " + std::to_string(q_len);
+      // the case proves something: the CP rows' long_row flags, and (init > 0) blocks below
+      // init_blocks never selected on the CP path while the one-head path selects them
+      int cp_rows = 0, init_selected = 0;
+      for (int r = 0; r < cfg.tp; ++r) {
+        const RankResult& h = ref.ranks[size_t(r)];
+        IndexOut oh;
+        select_blocks(oh, in.shared, in.ranks[size_t(r)].index_scores, one_head);
+        for (int k = 0; k < S; ++k) {
+          const int last = (k / q_len) * q_len + q_len - 1;
+          const int n_last = (std::max(seq[size_t(last)], 1) + B - 1) / B;
+          CHECK(int(h.index.long_row[size_t(k)]) == (n_last > 288 ? 1 : 0));
+          if (!h.index.long_row[size_t(k)]) continue;
+          cp_rows += r == 0;
+          for (int i = 0; i < cfg.topk_blocks; ++i) {
+            CHECK(h.index.blocks[size_t(k) * cfg.topk_blocks + i] >= init);
+            init_selected += oh.blocks[size_t(k) * cfg.topk_blocks + i] >= 0 && oh.blocks[size_t(k) * cfg.topk_blocks + i] < init;
+          }
+        }
+      }
+      CHECK(cp_rows >= 4);
+      if (init > 0) CHECK_MESSAGE(init_selected > 0, what << ": the one-head path selects no block below init_blocks");
+      CHECK(check_step(runner, lw, in, what, {}, true, &ref));
+      for (int r = 0; r < cfg.tp; ++r) {  // the stage twin (one rank a call, head r's scores)
+        IndexOut d;
+        gpu::select_blocks(d, in.shared, in.ranks[size_t(r)].index_scores, cfg);
+        const IndexOut& h = ref.ranks[size_t(r)].index;
+        CHECK_MESSAGE(d.sparse_table == h.sparse_table, what << " twin rank " << r);
+        CHECK(d.blocks == h.blocks);
+        CHECK(d.n_ctx == h.n_ctx);
+        CHECK(d.long_row == h.long_row);
+      }
+    }
+  }
+}
+
 // The stage twins (k4::gpu::select_blocks, ...: the replay entry points) on the reference's
 // own inputs reproduce each reference stage's outputs.
 TEST_CASE("stage twins") {

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "golden/format/kv_pages.hpp"
+#include "reference/stacked_experts.hpp"
 
 namespace k4::kut {
 namespace {
@@ -38,16 +39,6 @@ void give(NamedTensors& out, const std::string& stage, const std::string& name, 
   if (!v.empty()) std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
   out[name] = std::move(t);
 }
-
-class StackedExperts : public ExpertSource {
- public:
-  std::map<int, std::shared_ptr<const ExpertWeights>> by_id;
-  std::shared_ptr<const ExpertWeights> expert(int, int e) const override {
-    auto it = by_id.find(e);
-    if (it == by_id.end()) throw std::invalid_argument("moe: expert " + std::to_string(e) + " is routed to but not in expert_ids");
-    return it->second;
-  }
-};
 
 }  // namespace
 
@@ -170,24 +161,7 @@ void run_named_stage(const StageFns& fns, const std::string& stage, const Config
     ro.key = take<int32_t>(in, stage, "key");
     const std::vector<int32_t> ids = take<int32_t>(in, stage, "expert_ids");
     d.used_experts = int(ids.size());
-    const std::vector<uint8_t> w13 = take<uint8_t>(in, stage, "w13"), s13 = take<uint8_t>(in, stage, "s13"),
-                               w2 = take<uint8_t>(in, stage, "w2"), s2 = take<uint8_t>(in, stage, "s2");
-    StackedExperts src;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      auto e = std::make_shared<ExpertWeights>();
-      auto slice = [&](const std::vector<uint8_t>& all, std::vector<uint8_t>& dst) {
-        const size_t per = all.size() / ids.size();
-        dst.assign(all.begin() + long(i * per), all.begin() + long((i + 1) * per));
-      };
-      slice(w13, e->w13), slice(s13, e->s13), slice(w2, e->w2), slice(s2, e->s2);
-      src.by_id[ids[i]] = e;
-    }
-    if (cfg.variant.shared_fp8) {  // V6.1: the MXFP8 shared expert has tables of its own, not a slot of the stacks
-      auto e = std::make_shared<ExpertWeights>();
-      e->w13 = take<uint8_t>(in, stage, "sh_w13"), e->s13 = take<uint8_t>(in, stage, "sh_s13");
-      e->w2 = take<uint8_t>(in, stage, "sh_w2"), e->s2 = take<uint8_t>(in, stage, "sh_s2");
-      src.by_id[cfg.shared_expert()] = e;
-    }
+    const StackedExperts src(cfg, ids, [&](const char* name) { return take<uint8_t>(in, stage, name); }, "moe");
     RouteOut route;
     MoeOut o;
     fns.route_top4(route, ro, S, cfg);

@@ -4,10 +4,10 @@
 // partial rows (this rank's from the stage, the others given).
 #include <algorithm>
 #include <cstring>
-#include <map>
 
 #include "golden/format/kv_pages.hpp"
 #include "python/src/bind.hpp"
+#include "reference/stacked_experts.hpp"
 
 namespace k4::py {
 namespace {
@@ -264,18 +264,6 @@ pyb::dict router_stage(const Config& cfg, const pyb::dict& t) {
   return r;
 }
 
-// The experts given as stacked tensors (the golden's moe/inputs), served by id.
-class GivenExperts : public ExpertSource {
- public:
-  std::map<int, std::shared_ptr<const ExpertWeights>> by_id;
-  std::shared_ptr<const ExpertWeights> expert(int, int e) const override {
-    auto it = by_id.find(e);
-    if (it == by_id.end())
-      throw std::invalid_argument("k4.stage.moe: expert " + std::to_string(e) + " is routed to but not in expert_ids");
-    return it->second;
-  }
-};
-
 pyb::dict moe_stage(const Config& cfg, const pyb::dict& t, int rank, const pyb::object& rank_partials) {
   const int S = tokens_of(t, "xn8", "moe");
   StageInputs in{"moe", t, sizes(cfg, S)};
@@ -289,25 +277,7 @@ pyb::dict moe_stage(const Config& cfg, const pyb::dict& t, int rank, const pyb::
   ro.key = in.take<int32_t>("key");
   in.dims.used_experts = int(dim(in.array("expert_ids"), 0, "k4.stage.moe: expert_ids"));
   const std::vector<int32_t> ids = in.take<int32_t>("expert_ids");
-  const std::vector<uint8_t> w13 = in.take<uint8_t>("w13"), s13 = in.take<uint8_t>("s13"), w2 = in.take<uint8_t>("w2"),
-                             s2 = in.take<uint8_t>("s2");
-  GivenExperts src;
-  const size_t n = ids.size();
-  for (size_t i = 0; i < n; ++i) {
-    auto e = std::make_shared<ExpertWeights>();
-    auto slice = [&](const std::vector<uint8_t>& all, std::vector<uint8_t>& dst) {
-      const size_t per = all.size() / n;
-      dst.assign(all.begin() + long(i * per), all.begin() + long((i + 1) * per));
-    };
-    slice(w13, e->w13), slice(s13, e->s13), slice(w2, e->w2), slice(s2, e->s2);
-    src.by_id[ids[i]] = e;
-  }
-  if (cfg.variant.shared_fp8) {  // V6.1: the MXFP8 shared expert's own tables (sh_w13 .. sh_s2), as the golden stores it
-    auto e = std::make_shared<ExpertWeights>();
-    e->w13 = in.take<uint8_t>("sh_w13"), e->s13 = in.take<uint8_t>("sh_s13");
-    e->w2 = in.take<uint8_t>("sh_w2"), e->s2 = in.take<uint8_t>("sh_s2");
-    src.by_id[cfg.shared_expert()] = e;
-  }
+  const StackedExperts src(cfg, ids, [&](const char* name) { return in.take<uint8_t>(name); }, "k4.stage.moe");
   // V2: under moe.wide_live_rows = exclude_pad the live rows come from seq_lens (the raw seq_len > 0)
   const std::vector<int32_t> seq_lens = cfg.variant.wide_live_rows == WideRows::exclude_pad ? in.take<int32_t>("seq_lens") : std::vector<int32_t>{};
   RouteOut route;

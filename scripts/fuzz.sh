@@ -2,14 +2,14 @@
 # fuzz.sh -- the libFuzzer targets of tests/fuzz (clang, ASan + UBSan), built in build-fuzz/.
 #
 #   scripts/fuzz.sh build                      configure + build build-fuzz (-DK4_FUZZ=ON, clang)
-#   scripts/fuzz.sh run [SECONDS] [TARGET...]  fuzz each target for SECONDS (default 600), one
-#                                              after the other; TARGETs: safetensors golden_reader
-#                                              scenario hdf5_bytes (all by default)
+#   scripts/fuzz.sh run [SECONDS] [TARGET...]  fuzz each target for SECONDS (default 600),
+#                                              K4_FUZZ_PARALLEL (default 1) at a time; TARGETs:
+#                                              safetensors golden_reader scenario hdf5_bytes (all
+#                                              by default)
 #   scripts/fuzz.sh ci                         build + run each default target K4_FUZZ_CI_SECONDS
 #                                              (default 45) from the seeds only (its own,
-#                                              emptied work directory build-fuzz/fuzz-ci/): the
-#                                              brief CI run: 2.5 min after the build (a build
-#                                              from scratch: 3.5-4 min on 2 cores)
+#                                              emptied work directory build-fuzz/fuzz-ci/),
+#                                              nproc targets at a time: the brief CI run
 #   scripts/fuzz.sh list                       the targets
 #
 # A run of TARGET uses build-fuzz/fuzz-work/TARGET/: corpus/ (the working corpus: what the
@@ -49,7 +49,7 @@ all_targets=(safetensors golden_reader scenario hdf5_bytes)
 build() {
   command -v "$cxx" >/dev/null || { echo "fuzz.sh: $cxx not found (scripts/setup.sh installs clang)" >&2; exit 1; }
   cmake -S . -B "$dir" -G Ninja -DK4_FUZZ=ON -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_COMPILER="${cxx/clang++/clang}" \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g"
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only"
   nice -n 10 cmake --build "$dir" -j "$jobs" --target k4_fuzz_all
 }
 
@@ -166,14 +166,25 @@ run() {  # run [SECONDS] [TARGET...]
   for t in "${targets[@]}"; do
     [[ " ${all_targets[*]} " == *" $t "* ]] || { echo "fuzz.sh: unknown target '$t' (${all_targets[*]})" >&2; exit 2; }
   done
-  local failed=0 summary=()
+  # K4_FUZZ_PARALLEL targets at a time (each fuzzer is one process on one core); their reports
+  # are printed in the targets' order once each has ended
+  local par=${K4_FUZZ_PARALLEL:-1} failed=0 summary=() out
+  [[ $par =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: K4_FUZZ_PARALLEL must be a positive integer, got '$par'" >&2; exit 2; }
+  out=$(mktemp -d)
+  local i=0 pids=()
   for t in "${targets[@]}"; do
-    local line rc=0
-    line=$(run_one "$t" "$secs") || rc=$?
-    echo "$line"
-    summary+=("$line")
-    [[ $rc -ne 0 ]] && failed=1
+    (rc=0; run_one "$t" "$secs" >"$out/$i.line" || rc=$?; echo "$rc" >"$out/$i.rc") &
+    pids+=($!)
+    i=$((i + 1))
+    if [[ ${#pids[@]} -ge $par ]]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
   done
+  wait
+  for ((i = 0; i < ${#targets[@]}; i++)); do
+    cat "$out/$i.line"
+    summary+=("$(head -1 "$out/$i.line")")
+    [[ $(cat "$out/$i.rc" 2>/dev/null || echo 1) -ne 0 ]] && failed=1
+  done
+  rm -rf "$out"
   printf '\nfuzz.sh: summary (%d s a target)\n' "$secs"
   printf '%s\n' "${summary[@]}" | grep -E "execs" || true
   return "$failed"
@@ -182,7 +193,8 @@ run() {  # run [SECONDS] [TARGET...]
 case ${1:-} in
   build) build ;;
   run) shift; run "$@" ;;
-  ci) build; work_root=$dir/fuzz-ci K4_FUZZ_FRESH=1 run "${K4_FUZZ_CI_SECONDS:-45}" "${default_targets[@]}" ;;
+  ci) build; work_root=$dir/fuzz-ci K4_FUZZ_FRESH=1 K4_FUZZ_PARALLEL=${K4_FUZZ_PARALLEL:-$(nproc)} \
+        run "${K4_FUZZ_CI_SECONDS:-45}" "${default_targets[@]}" ;;
   list) printf '%s\n' "${all_targets[@]}" ;;
   -h|--help|"") sed -n '2,/^set -euo/p' "$0" | sed '$d'; [[ -n ${1:-} ]] ;;
   *) echo "fuzz.sh: unknown command '$1' (build, run, ci, list)" >&2; exit 2 ;;

@@ -22,7 +22,7 @@ archer=$("$cxx" -print-file-name=libarcher.so)
 
 build() {
   command -v "$cxx" >/dev/null || { echo "tsan.sh: $cxx not found (scripts/setup.sh installs clang)" >&2; exit 1; }
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" \
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" \
     -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_COMPILER="${cxx/clang++/clang}" -DK4_TSAN=ON -DK4_X86_64_V3=OFF
   cmake --build "$dir" -j "$jobs" --target k4_sanitizer_suite
 }

@@ -16,7 +16,7 @@
 namespace k4::tools {
 namespace {
 
-struct Opt {
+struct CheckpointOpt {
   std::string dir, preset, mx_scale = "even", variant;
   int tp = -1, layer = -1;
   bool all_experts = false;
@@ -39,7 +39,7 @@ bool shown(const TensorUse& u, bool all) {
   return u.role.rfind("expert ", 0) != 0 || u.role.rfind("expert 0 ", 0) == 0;
 }
 
-int inspect(const Opt& o) {
+int inspect(const CheckpointOpt& o) {
   const Checkpoint ck(o.dir);
   CheckpointShape s = checkpoint_shape(ck, o.preset, o.tp, o.layer);
   if (!o.variant.empty()) s.cfg.variant = parse_variant(o.variant), s.cfg.validate();  // moe.experts=mxfp8: MXFP8 experts as stored
@@ -86,7 +86,7 @@ int inspect(const Opt& o) {
 }  // namespace
 
 Run add_checkpoint(CLI::App& app) {
-  auto o = std::make_shared<Opt>();
+  auto o = std::make_shared<CheckpointOpt>();
   app.require_subcommand(1);
   CLI::App* in = app.add_subcommand("inspect", "per tensor K4 reads: name, shard, dtype, shape, conversion; the shards a layer needs");
   in->add_option("DIR", o->dir, "checkpoint directory (config.json, model.safetensors.index.json, shards) or file")->required();

@@ -49,7 +49,7 @@ double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-struct Opt {
+struct GoldenOpt {
   std::string checkpoint, preset, variant, scenario, inputs, out, kv_form = "auto", mx_scale = "even", weights_file;
   int tp = -1, layer = -1, threads = -1;
   uint64_t seed = 1, weight_seed = 1;
@@ -72,10 +72,10 @@ struct Opt {
 
 // The scenario options, from the table: integers as CLI11 integers, flags as flags, the rest
 // as text in the key's short form (comma lists, 'any').
-void add_scenario_options(CLI::App& app, Opt& o) {
+void add_scenario_options(CLI::App& app, GoldenOpt& o) {
   auto* g = app.add_option_group("scenario", "scenario options (override --scenario)");
   for (const ScenarioKey& k : scenario_keys()) {
-    Opt::Key& x = o.keys.emplace_back();
+    GoldenOpt::Key& x = o.keys.emplace_back();
     x.key = &k;
     switch (k.kind) {
       case KeyKind::Int:
@@ -88,8 +88,8 @@ void add_scenario_options(CLI::App& app, Opt& o) {
 }
 
 // The options given, over the scenario (a flag given sets its key).
-void apply_scenario_options(const Opt& o, Scenario& scn) {
-  for (const Opt::Key& x : o.keys) {
+void apply_scenario_options(const GoldenOpt& o, Scenario& scn) {
+  for (const GoldenOpt::Key& x : o.keys) {
     if (x.opt->count() == 0) continue;
     const ScenarioField f = x.key->field(scn);
     switch (x.key->kind) {
@@ -118,9 +118,9 @@ struct Step {
 };
 
 // --inputs: a captured inputs file, its config checked against --preset / --tp.
-Step step_from_inputs_file(const Opt& o) {
+Step step_from_inputs_file(const GoldenOpt& o) {
   if (!o.scenario.empty()) throw std::invalid_argument("--inputs excludes --scenario");
-  for (const Opt::Key& x : o.keys)
+  for (const GoldenOpt::Key& x : o.keys)
     if (x.opt->count() > 0)
       throw std::invalid_argument("--inputs excludes the scenario options (" + x.opt->get_name() + " given)");
   Step st;
@@ -153,7 +153,7 @@ Step step_from_inputs_file(const Opt& o) {
 }
 
 // --preset with --scenario and / or the scenario options.
-Step step_from_scenario(const Opt& o) {
+Step step_from_scenario(const GoldenOpt& o) {
   Step st;
   if (!o.checkpoint.empty()) {  // the checkpoint's files and shape first: a bad one is refused before the scenario
     st.ck = std::make_shared<const Checkpoint>(o.checkpoint);
@@ -176,7 +176,7 @@ Step step_from_scenario(const Opt& o) {
 }
 
 // The weights, the inputs, the model, the file; the timings printed.
-int write_step_golden(const Opt& o, Step& st, std::chrono::steady_clock::time_point t0) {
+int write_step_golden(const GoldenOpt& o, Step& st, std::chrono::steady_clock::time_point t0) {
   const bool from_scenario = o.inputs.empty();
   const auto tw = std::chrono::steady_clock::now();
   std::string weight_prep;
@@ -260,7 +260,7 @@ int write_step_golden(const Opt& o, Step& st, std::chrono::steady_clock::time_po
 }  // namespace
 
 Run add_golden(CLI::App& app) {
-  auto o = std::make_shared<Opt>();
+  auto o = std::make_shared<GoldenOpt>();
   app.add_option("--checkpoint", o->checkpoint,
                  "release directory (config.json, index, shards), safetensors directory or file (default: the synthetic layer)");
   app.add_option("--layer", o->layer, "layer of the checkpoint (default: the first K4 layer of its config.json, else 0)")

@@ -14,14 +14,14 @@
 namespace k4::tools {
 
 namespace {
-struct Opt {
+struct SynthOpt {
   std::string preset, out, layout, size = "small";
   int tp = -1, layer = 0;
   uint64_t seed = 1;
   bool force = false, progress = false;
 };
 
-int write_layout(const Opt& o) {
+int write_layout(const SynthOpt& o) {
   if (!o.preset.empty()) throw std::invalid_argument("--layout excludes --preset (the layout's --size gives the shapes)");
   synth::ReleaseOptions r;
   r.layout = synth::layout_from(o.layout);
@@ -45,7 +45,7 @@ int write_layout(const Opt& o) {
 }  // namespace
 
 Run add_synth(CLI::App& app) {
-  auto o = std::make_shared<Opt>();
+  auto o = std::make_shared<SynthOpt>();
   app.add_option("--preset", o->preset, "config preset (minimax-m3-tp4, small, tiny): the single-file k4 form");
   app.add_option("--layout", o->layout,
                  "a directory in a release's layout instead: bf16 (MiniMax-M3), mxfp8 (MiniMax-M3-MXFP8), mxfp4 "

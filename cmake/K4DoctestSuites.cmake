@@ -50,6 +50,10 @@ foreach(_k4_suite IN LISTS _k4_suites)
   endif()
   add_test("${_k4_test}" "${K4_DT_EXE}" "--test-suite=${_k4_suite}" --no-colors=true)
   set_tests_properties("${_k4_test}" PROPERTIES LABELS "${_k4_labels}" WORKING_DIRECTORY "${K4_DT_WORKDIR}" ENVIRONMENT "OMP_WAIT_POLICY=passive")
+  # the exhaustive sweeps are the longest entries (minutes): ctest -j starts them first (COST)
+  if(_k4_suite MATCHES "^exhaustive")
+    set_tests_properties("${_k4_test}" PROPERTIES COST 300)
+  endif()
 endforeach()
 
 # The test cases in no suite: exclude every named suite; registered only if there are any.

@@ -50,7 +50,9 @@ k4_emulation_variant(k4_emu_mutants DEFINES K4_MUTANTS)
 # equivalent (or an argued one is killed); the table in <build>/mutants.md. CPU time on one
 # core: about 3 minutes.
 add_test(NAME k4_emu_mutants/kill-table COMMAND k4_emu_mutants -ts=gpu_mutants --no-colors=true)
-set_tests_properties(k4_emu_mutants/kill-table PROPERTIES LABELS "emulation;mutants" TIMEOUT 3600
+# COST: ctest -j starts the longest tests first (a fresh clone has no timing of its own), so that
+# none of them is left to run alone at the end while the other core idles
+set_tests_properties(k4_emu_mutants/kill-table PROPERTIES LABELS "emulation;mutants" TIMEOUT 3600 COST 200
                      ENVIRONMENT "OMP_WAIT_POLICY=passive;K4_MUTANT_TABLE=${CMAKE_BINARY_DIR}/mutants.md")
 
 # ctest entries (label "emulation", in the README's test command and so in CI): every stage

@@ -327,6 +327,127 @@ Report check_index(const Config& cfg, const StepShared& sh, const std::vector<fl
   return {cb, ct, cn, cl};
 }
 
+// ---- stage 1: split under split.kv_scale = atom_vllm (VARIANTS.md V4.3) ----------------------
+// Split t takes the sparse keys [begin, end), span = ceil(n_ctx / 8), over the 256-key tiles
+// tau it meets, by online softmax. With m = max s_j over the split and mx_tau the running max
+// through tile tau: p_j = exp(s_j - mx_tau) (the f32 p the model's P8 = nearest E4M3 of p
+// comes from), w_j = exp(mx_tau - m) (the factor that rescales an earlier tile: 1 for the
+// last), l = sum_j w_j p_j = sum exp(s_j - m), o_sharp = vs sum_j w_j P8_j V_j / l,
+// o_loose = vs sum_j exp(s_j - m) V_j / l. A split with no key: m = f32(-3.4e38), l = +0,
+// o = +0. The factor's f32 error (its argument mx_0 - mx_1 and both maxima's) bounds tile 0's
+// terms when a split meets two tiles.
+void check_split_ranges(Cmp& cm, Cmp& cl, Cmp& co, Cmp& col, const Config& cfg, const StepShared& sh, const StepRank& rk,
+                        const IndexOut& idx, const SplitOut& sp) {
+  const int S = sh.tokens, OK = cfg.o_k(), H = cfg.heads, D = cfg.head_dim, NS = cfg.n_split, PG = cfg.page;
+  const int KEYS = cfg.split_keys(), TW = cfg.sparse_table_words();
+  const size_t page_bytes = size_t(PG) * D;
+  const double sm = double(cfg.sm_scale), u = kU, vs0 = double(rk.v_scale.at(0)), ks0 = double(rk.k_scale.at(0));
+  for (int tok = 0; tok < S; ++tok) {
+    Mat Q(H, D), Qa(H, D);
+    for (int h = 0; h < H; ++h)
+      for (int d = 0; d < D; ++d) Q(h, d) = dec8(sp.q8[size_t(tok) * OK + h * D + d]), Qa(h, d) = std::fabs(Q(h, d));
+    const int32_t* table = idx.sparse_table.data() + size_t(tok) * TW;
+    const int n_ctx = table[TW - 1];
+    const int span = (n_ctx + NS - 1) / NS;
+    for (int t = 0; t < NS; ++t) {
+      const size_t ts = size_t(tok) * NS + t;
+      const int begin = t * span, end = std::min(begin + span, n_ctx);
+      const int nv = std::max(0, end - begin);
+      if (nv == 0) {  // no tile: the running state's start
+        for (int h = 0; h < H; ++h) {
+          cm.exact(ts * H + h, sp.m[ts * H + h], double(-3.4e38f));
+          cl.exact(ts * H + h, sp.l[ts * H + h], 0.0);
+          for (int d = 0; d < D; ++d) {
+            co.exact(ts * OK + h * D + d, bf16(sp.o[ts * OK + h * D + d]), 0.0);
+            col.exact(ts * OK + h * D + d, bf16(sp.o[ts * OK + h * D + d]), 0.0);
+          }
+        }
+        continue;
+      }
+      Mat K(nv, D), Ka(nv, D), V(nv, D), Va(nv, D);
+      std::vector<int> tile(nv);
+      for (int j = 0; j < nv; ++j) {
+        const int kap = begin + j, page = table[kap / PG], tp = kap % PG;
+        tile[j] = kap / KEYS - begin / KEYS;  // 0 or 1
+        const uint8_t* kpage = rk.k_cache.data() + size_t(page) * page_bytes;
+        const uint8_t* vpage = rk.v_cache.data() + size_t(page) * page_bytes;
+        for (int d = 0; d < D; ++d) {
+          K(j, d) = dec8(kpage[(d / 16) * (PG * 16) + tp * 16 + d % 16]);
+          V(j, d) = dec8(vpage[d * PG + tp]);
+          Ka(j, d) = std::fabs(K(j, d)), Va(j, d) = std::fabs(V(j, d));
+        }
+      }
+      const int n_tiles = tile[nv - 1] + 1;
+      const Mat Sm = Q * K.transpose(), Am = Qa * Ka.transpose();
+      Mat P(H, nv), AMB(H, nv), ABS(H, nv), EF(H, nv), PQ(H, nv), R(H, nv);
+      std::vector<double> l64(H), dl(H);
+      std::vector<bool> head_nan(H, false);
+      for (int h = 0; h < H; ++h) {
+        std::vector<double> s(nv), ds(nv);
+        double mt[2] = {-HUGE_VAL, -HUGE_VAL}, dm = 0.0;
+        bool s_nan = false;
+        for (int j = 0; j < nv; ++j) {
+          s[j] = sm * ks0 * Sm(h, j);
+          ds[j] = 2.01 * u * std::fabs(s[j]) + 4.01 * u * std::fabs(sm * ks0) * Am(h, j);
+          s_nan |= std::isnan(s[j]);
+          mt[tile[j]] = std::max(mt[tile[j]], s[j]), dm = std::max(dm, ds[j]);
+        }
+        const double mx[2] = {mt[0], std::max(mt[0], mt[1])}, m = mx[n_tiles - 1];
+        head_nan[h] = s_nan || std::isnan(vs0);
+        if (s_nan) {  // o is NaN (checked below); m and l follow the NaN through fmax: not checked
+          for (int j = 0; j < nv; ++j) P(h, j) = kNaN, AMB(h, j) = ABS(h, j) = EF(h, j) = PQ(h, j) = R(h, j) = 0;
+          continue;
+        }
+        cm.near(ts * H + h, sp.m[ts * H + h], m, 1.01 * dm + 0x1p-149);
+        // tile 0's factor exp2((mx_0 - mx_1) LOG2E) in f32: its argument's and its own error
+        const double ef = n_tiles == 2 ? std::expm1(2.0 * dm + std::fabs(mx[0] - mx[1]) * (2.0 * u + kErrLog2e) + 2.0 * u) * 1.01 : 0.0;
+        double l = 0.0, dls = 0.0;
+        for (int j = 0; j < nv; ++j) {
+          const double mxj = mx[tile[j]], w = std::exp(mxj - m), efj = tile[j] + 1 < n_tiles ? ef : 0.0;
+          const double p = std::exp(s[j] - mxj);
+          const double e = ds[j] + dm + std::fabs(s[j] - mxj) * (2.0 * u + kErrLog2e) + 2.0 * u;
+          const double dp = p * std::expm1(e) * 1.01 + 0x1p-149;
+          l += w * p, dls += w * (dp + (p + dp) * efj);
+          const double xi = p * std::expm1(e) * 1.01 + 0x1p-140;  // the f32 p within xi of p
+          const uint8_t c = e4m3_nearest(p, false), lo = e4m3_nearest(p - xi, false), hi = e4m3_nearest(p + xi, false);
+          P(h, j) = w * e4m3(c);
+          AMB(h, j) = w * (e4m3(hi) - e4m3(lo));
+          ABS(h, j) = w * (std::fabs(e4m3(c)) + e4m3(hi) - e4m3(lo));
+          EF(h, j) = efj * ABS(h, j);
+          PQ(h, j) = w * (std::max(0x1p-4 * (p + xi), 0x1p-10) * 1.01 + xi);  // |P8_32 - p64|, weighted
+          R(h, j) = w * p;
+        }
+        l64[h] = l;
+        dl[h] = dls + 16.01 * u * (l + dls) + 2 * KEYS * 0x1p-149;
+        cl.near(ts * H + h, sp.l[ts * H + h], l, dl[h]);
+      }
+      const Mat O_sh = P * V, O_amb = AMB * Va, O_abs = ABS * Va, O_ef = EF * Va;
+      const Mat O_lo = R * V, O_lq = PQ * Va;
+      const double avs = std::fabs(vs0);
+      for (int h = 0; h < H; ++h)
+        for (int d = 0; d < D; ++d) {
+          const size_t i = ts * OK + h * D + d;
+          const double got = bf16(sp.o[i]);
+          if (head_nan[h]) {
+            co.exact(i, got, kNaN), col.exact(i, got, kNaN);
+            continue;
+          }
+          const double lh = l64[h], rel_l = dl[h] / (lh - dl[h]);
+          const double rel = rel_l * 1.01 + 4.04 * u;
+          // acc's f32 sums (8.01 u), vs acc, o_run factor and their add (3 u), the factor (O_ef)
+          const double o_sh = vs0 * O_sh(h, d) / lh;
+          const double core = avs * (O_amb(h, d) + 11.01 * u * O_abs(h, d) + O_ef(h, d)) / lh * (1.0 + rel_l) * 1.01;
+          const double pre = core + std::fabs(o_sh) * rel;
+          co.near(i, got, o_sh, pre + 0x1p-8 * (std::fabs(o_sh) + pre) * 1.0001 + kTiny);
+          const double o_lo = vs0 * O_lo(h, d) / lh;
+          const double corel = avs * (O_lq(h, d) + 11.01 * u * O_abs(h, d) + O_ef(h, d)) / lh * (1.0 + rel_l) * 1.01;
+          const double prel = corel + std::fabs(o_lo) * rel;
+          col.near(i, got, o_lo, prel + 0x1p-8 * (std::fabs(o_lo) + prel) * 1.0001 + kTiny);
+        }
+    }
+  }
+}
+
 // ---- stage 1: split ------------------------------------------------------------------------
 // Per (token, partition t, head h), over the partition's valid keys j (sparse key < n_ctx):
 //   S_j = q8 . K_j (exact), s_j = sm ks_j S_j, m = max s_j, p_j = exp(s_j - m), l = sum p_j,
@@ -341,6 +462,10 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
   const size_t page_bytes = size_t(PG) * D;
   // q8: the nearest E4M3, NaN code beyond 464 (NoSaturate)
   for (size_t i = 0; i < sp.q8.size(); ++i) cq.exact(i, sp.q8[i], e4m3_nearest(bf16(rk.q[i]), false));
+  if (cfg.variant.kv_scale == KvScale::atom_vllm) {
+    check_split_ranges(cm, cl, co, col, cfg, sh, rk, idx, sp);
+    return {cq, cm, cl, co, col};
+  }
   const double sm = double(cfg.sm_scale), eps8 = double(1e-8f), u = kU;
   // split.kv_scale = static448 (VARIANTS.md V4.2): P8 of 448 p (no vmax, no fscale) and
   // pscale = v_scale[0] / 448 in every partition; the other modes fold vs 448 / (vmax + 1e-8).

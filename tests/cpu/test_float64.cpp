@@ -315,6 +315,42 @@ TEST_CASE("split.kv_scale = static448 (VARIANTS.md V4.2): the float64 guard of P
   CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, rin, R.index, R.split)));
 }
 
+TEST_CASE("split.kv_scale = atom_vllm (VARIANTS.md V4.3): the float64 guard of the key ranges, one or two tiles, P8 = E4M3(p)") {
+  LayerWeights w = f64::cached_layer("tiny", 2, 1);
+  w.cfg.variant.kv_scale = k4::KvScale::atom_vllm;
+  // n_ctx 1976 / 2000 (span 247 / 250: splits meeting two 256-key tiles), a pad row (split 0
+  // one key, 1..7 no key), 700 and 129 (every split inside tile 0..2, some empty)
+  const StepInputs in = k4::test::random_step(w.cfg, {6, {3000, 0, 2000, 700, 129, 5000}, 1, 29});
+  REQUIRE(in.ranks[0].v_scale.size() == 1);
+  const StepResult res = k4::run_step(w, in);
+  const f64::Report rep = f64::check_step(w, in, res);
+  CHECK_MESSAGE(f64::all_ok(rep), f64::describe(rep));
+  require_nontrivial(rep, "split.o", 0.05);
+  int two_tiles = 0;  // the case meets the factor
+  for (int k = 0; k < 6; ++k) {
+    const int n_ctx = res.ranks[0].index.n_ctx[size_t(k)], span = (n_ctx + 7) / 8;
+    for (int t = 0; t < 8; ++t) {
+      const int b = t * span, e = std::min(b + span, n_ctx);
+      two_tiles += b < e && b / 256 != (e - 1) / 256;
+    }
+  }
+  CHECK(two_tiles >= 4);
+  // planted: the doubled v scale, the doubled k scale (the scores), V's signs at page 0
+  const k4::RankResult& R = res.ranks[1];
+  k4::StepRank rin = in.ranks[1];
+  rin.v_scale[0] *= 2.0f;
+  CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, rin, R.index, R.split)));
+  rin = in.ranks[1];
+  rin.k_scale[0] *= 2.0f;
+  CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, rin, R.index, R.split)));
+  // and the seed's per-partition formula's bits (another mode's split) are refused
+  k4::Config seed_cfg = w.cfg;
+  seed_cfg.variant.kv_scale = k4::KvScale::scalar;
+  k4::SplitOut other;
+  k4::split_attention(other, in.shared, in.ranks[1], R.index, seed_cfg);
+  CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, in.ranks[1], R.index, other)));
+}
+
 TEST_CASE("planted input errors: one wrong input of a stage is caught by its comparison") {
   const Run& base = planted_run();
   const k4::Config& cfg = base.w->cfg;

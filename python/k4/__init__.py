@@ -22,7 +22,7 @@ import tempfile
 import numpy as np
 
 from . import _k4
-from ._k4 import policy
+from ._k4 import policy, layout
 from ._k4 import Config, Weights, Inputs, FormatError, HDF5Error, DiffReport, decode, schema, stage_names, tool_version
 from .tensor import Tensor, dtype_of
 from .step import Step

@@ -103,5 +103,6 @@ void bind_step(pyb::module_& m);
 void bind_diff(pyb::module_& m);
 void bind_stages(pyb::module_& m);
 void bind_policy(pyb::module_& m);
+void bind_layout(pyb::module_& m);
 
 }  // namespace k4::py

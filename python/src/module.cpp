@@ -18,4 +18,5 @@ PYBIND11_MODULE(_k4, m) {
   py::bind_diff(m);
   py::bind_stages(m);
   py::bind_policy(m);
+  py::bind_layout(m);
 }

@@ -199,19 +199,20 @@ run() {
   tail -1 "$wd/moved.log" | cut -c1-300 >>"$sum"
   # goldens from checkpoints in the releases' layouts (k4 synth --layout, small: hidden 2048,
   # 8 experts, tp 2; no --preset, no --layer; per-rank o_proj scales; issue 13): the BF16
-  # layout at S = 16 (wide MoE), the MXFP4 layout with short, ranked and long rows;
-  # k4_device run --diff matches
+  # layout at S = 16 (wide MoE), the MXFP4 layout with short, ranked and long rows, the MXFP8
+  # layout's E4M3 experts (--variant moe.experts=mxfp8, issue 14); k4_device run --diff matches
   t0=$SECONDS
   local rk=0 rd=$work/release
   mkdir -p "$rd"
-  for spec in "bf16|--tokens 16 --context 20000 --seed 3" "mxfp4|--tokens 5 --context 1000,short,300,2000,long --seed 2"; do
+  for spec in "bf16|--tokens 16 --context 20000 --seed 3" "mxfp4|--tokens 5 --context 1000,short,300,2000,long --seed 2" \
+              "mxfp8|--tokens 5 --context 1000,short,300,2000,long --variant moe.experts=mxfp8 --seed 2"; do
     read -r -a gargs <<<"${spec#*|}"
     local l=${spec%%|*}
     timeout 120 "$suite/k4" synth --layout "$l" --out "$rd/$l" >>"$out/tools.log" 2>&1 &&
       timeout 120 "$suite/k4" golden --checkpoint "$rd/$l" "${gargs[@]}" --out "$rd/g-$l.h5" >>"$out/tools.log" 2>&1 &&
       timeout 120 "$suite/k4_device" run "$rd/g-$l.h5" -o "$rd/d-$l.h5" --diff >>"$out/tools.log" 2>&1 || rk=1
   done
-  if [[ $rk -eq 0 ]]; then note "release-layout goldens (k4 synth --layout bf16 / mxfp4, small, no --preset): k4_device run --diff match ($((SECONDS - t0)) s)"
+  if [[ $rk -eq 0 ]]; then note "release-layout goldens (k4 synth --layout bf16 / mxfp4 / mxfp8, small, no --preset): k4_device run --diff match ($((SECONDS - t0)) s)"
   else note "release-layout goldens (k4 synth --layout, k4 golden --checkpoint, k4_device run --diff): FAIL (tools.log)"; status=1; fi
 
   # 1c. the kernel-under-test interface on device memory (k4_device run --kut, device/kut):

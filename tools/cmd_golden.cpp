@@ -192,15 +192,7 @@ int write_step_golden(const GoldenOpt& o, Step& st, std::chrono::steady_clock::t
   bool reused = false;
   if (!o.weights_file.empty()) {
     const Injections& x = st.scn.inject;
-    if (from_scenario && (x.special_weights || !x.nan_weight.empty()))
-      throw std::invalid_argument("--weights-file: the scenario's weight injections (special_weights, nan_weight) change the "
-                                  "weights, so such a golden holds its own (leave out --weights-file)");
-    if (st.cfg.variant.shared_fp8)
-      throw std::invalid_argument("--weights-file with moe.shared_fp8 = on: a weights file does not hold the MXFP8 shared "
-                                  "expert apart from the MXFP4 tables yet (leave out --weights-file)");
-    if (st.cfg.variant.router_gate == RouterGate::f32)
-      throw std::invalid_argument("--weights-file with router.gate = f32: a weights file holds the bf16 router gate, not the "
-                                  "F32 gate this variant reads (leave out --weights-file)");
+    golden::refuse_weights_file(st.cfg, from_scenario && (x.special_weights || !x.nan_weight.empty()), "--weights-file");
     if (std::filesystem::exists(o.weights_file)) {  // reused: its weights, checked whole first
       const golden::WeightsFile wf(o.weights_file);
       wf.require_matches(st.cfg, src);

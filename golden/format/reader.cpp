@@ -15,11 +15,9 @@ namespace k4::golden {
 namespace {
 
 
-// HDF5 serial is not thread-safe: every HDF5 call a reader makes after construction holds this.
-std::mutex& h5_mutex() {
-  static std::mutex m;
-  return m;
-}
+// HDF5 serial is not thread-safe: a reader holds the process's one HDF5 lock (hdf5.hpp, shared
+// with the weights file's expert source) around its reads and its expert cache.
+std::recursive_mutex& h5_mutex() { return h5::serial_mutex(); }
 
 }  // namespace
 
@@ -149,7 +147,7 @@ struct GoldenReader::Impl {
 
   template <class T>
   std::vector<T> get(int rank, const std::string& group, const std::string& name) const {
-    std::lock_guard<std::mutex> lock(h5_mutex());
+    std::lock_guard<std::recursive_mutex> lock(h5_mutex());
     const TensorSpec& s = find_spec(group, name);
     static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4, "raw bits");
     if (sizeof(T) != dtype_bytes(s.dtype)) throw std::logic_error("reader: element size of " + group + "/" + name);
@@ -202,7 +200,7 @@ struct GoldenReader::Impl {
     std::string form;
     int64_t n_pages;
     {
-      std::lock_guard<std::mutex> lock(h5_mutex());
+      std::lock_guard<std::recursive_mutex> lock(h5_mutex());
       h5::Group sp = root.open_group("/rank" + std::to_string(r) + "/split/inputs");
       form = sp.attr_string("kv_form");
       n_pages = sp.attr_int("n_pages");
@@ -260,7 +258,7 @@ class StoredExpertSource : public ExpertSource {
                                   std::to_string(rank) + " is not stored (a golden holds only the experts routed to)");
     const size_t i = sh8 ? 0 : size_t(it - ids.begin());
     const std::string pre = sh8 ? "sh_" : "";
-    std::lock_guard<std::mutex> lock(h5_mutex());
+    std::lock_guard<std::recursive_mutex> lock(h5_mutex());
     auto c = cache_.find({rank, e});
     if (c != cache_.end()) return c->second;
     auto ew = std::make_shared<ExpertWeights>();
@@ -290,6 +288,7 @@ class StoredExpertSource : public ExpertSource {
 
 GoldenReader::GoldenReader(const std::string& path) : p_(std::make_shared<Impl>()) {
   p_->path = path;
+  std::lock_guard<std::recursive_mutex> lock(h5_mutex());  // open: validation and check_weights_refs
   try {
     p_->open();
   } catch (const h5::Error& e) {
@@ -304,7 +303,7 @@ const Config& GoldenReader::config() const { return p_->cfg; }
 int GoldenReader::tp() const { return p_->tp; }
 int GoldenReader::tokens() const { return p_->tokens; }
 std::string GoldenReader::root_attr(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(h5_mutex());
+  std::lock_guard<std::recursive_mutex> lock(h5_mutex());
   return p_->str_attr(p_->root, name);
 }
 

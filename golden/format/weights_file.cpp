@@ -30,47 +30,61 @@ std::string Fnv64::hex() const {
   return s;
 }
 
+void refuse_weights_file(const Config& c, bool weight_injections, const std::string& option) {
+  if (weight_injections)
+    throw std::invalid_argument(option + ": the scenario's weight injections (special_weights, nan_weight) change the "
+                                "weights, so such a golden holds its own (leave out " + option + ")");
+  if (c.variant.router_gate == RouterGate::f32)
+    throw std::invalid_argument(option + " with router.gate = f32: a weights file holds the bf16 router gate, not the "
+                                "F32 gate this variant reads (leave out " + option + ")");
+}
+
 std::string weights_shape(const Config& c) {
   return "hidden " + std::to_string(c.hidden) + ", o_k " + std::to_string(c.o_k()) + ", tp " + std::to_string(c.tp) +
          ", n_routed " + std::to_string(c.n_routed) + ", inter " + std::to_string(c.inter) + ", experts " +
-         (c.variant.experts == ExpertFormat::mxfp8 ? "mxfp8" : "mxfp4");
+         (c.variant.experts == ExpertFormat::mxfp8 ? "mxfp8" : "mxfp4") + (c.variant.shared_fp8 ? ", shared mxfp8" : "");
 }
 
 namespace {
 
-// The datasets of one rank, in the file's (and the hash's) order.
+// The datasets of one rank, in the file's (and the hash's) order. Under moe.shared_fp8 (V6.1)
+// the stacked MXFP4 tables hold the n_routed routed experts and the MXFP8 shared expert is
+// sh_w13 .. sh_s2 (one row each), as in a golden.
 struct Item {
   const char* name;
   h5::Elem elem;
   std::vector<uint64_t> shape;
 };
 std::vector<Item> rank_items(const Config& c) {
-  const uint64_t H = uint64_t(c.hidden), OK = uint64_t(c.o_k()), E = uint64_t(c.n_routed), N = uint64_t(c.n_routed) + 1,
+  const bool sh8 = c.variant.shared_fp8;
+  const uint64_t H = uint64_t(c.hidden), OK = uint64_t(c.o_k()), E = uint64_t(c.n_routed), N = E + (sh8 ? 0 : 1),
                  I = uint64_t(c.inter), per = c.variant.experts == ExpertFormat::mxfp8 ? 1 : 2;
-  return {{"w_o", h5::Elem::U8, {H, OK}},           {"s_o", h5::Elem::U32, {H}},
-          {"g_post", h5::Elem::U16, {H}},           {"w_gate", h5::Elem::U16, {E, H}},
-          {"bias", h5::Elem::U32, {E}},             {"w13", h5::Elem::U8, {N, 2 * I, H / per}},
-          {"s13", h5::Elem::U8, {N, 2 * I, H / 32}}, {"w2", h5::Elem::U8, {N, H, I / per}},
-          {"s2", h5::Elem::U8, {N, H, I / 32}}};
+  std::vector<Item> v = {{"w_o", h5::Elem::U8, {H, OK}},           {"s_o", h5::Elem::U32, {H}},
+                         {"g_post", h5::Elem::U16, {H}},           {"w_gate", h5::Elem::U16, {E, H}},
+                         {"bias", h5::Elem::U32, {E}},             {"w13", h5::Elem::U8, {N, 2 * I, H / per}},
+                         {"s13", h5::Elem::U8, {N, 2 * I, H / 32}}, {"w2", h5::Elem::U8, {N, H, I / per}},
+                         {"s2", h5::Elem::U8, {N, H, I / 32}}};
+  if (sh8)
+    v.insert(v.end(), {{"sh_w13", h5::Elem::U8, {1, 2 * I, H}},
+                       {"sh_s13", h5::Elem::U8, {1, 2 * I, H / 32}},
+                       {"sh_w2", h5::Elem::U8, {1, H, I}},
+                       {"sh_s2", h5::Elem::U8, {1, H, I / 32}}});
+  return v;
 }
 
-void refuse_shared_fp8(const Config& c, const std::string& what) {
-  if (c.variant.shared_fp8)
-    throw std::invalid_argument(what + ": moe.shared_fp8 = on keeps the MXFP8 shared expert apart from the MXFP4 tables; "
-                                "a weights file does not hold that form yet (leave out --weights-file)");
-}
+// The experts in the stacked tables: all n_routed + 1, or the routed ones under moe.shared_fp8.
+int table_experts(const Config& c) { return c.n_routed + (c.variant.shared_fp8 ? 0 : 1); }
 
-std::mutex& wf_mutex() {  // HDF5 is serial: the expert source's reads, one at a time
-  static std::mutex m;
-  return m;
-}
+using ExpertTable = std::vector<uint8_t> ExpertWeights::*;
+constexpr ExpertTable kTables[4] = {&ExpertWeights::w13, &ExpertWeights::s13, &ExpertWeights::w2, &ExpertWeights::s2};
+
+std::recursive_mutex& wf_mutex() { return h5::serial_mutex(); }  // the one HDF5 lock (hdf5.hpp)
 
 }  // namespace
 
 std::string write_weights_file(const std::string& path, const LayerWeights& lw, const WeightsSource& src,
                                const std::function<void(uint64_t, uint64_t)>& progress) {
   const Config& c = lw.cfg;
-  refuse_shared_fp8(c, "weights file " + path);
   const std::vector<Item> items = rank_items(c);
   uint64_t total = 0, done = 0;
   for (const Item& it : items) {
@@ -114,10 +128,8 @@ std::string write_weights_file(const std::string& path, const LayerWeights& lw, 
       dense(items[4], w.bias.data(), w.bias.size() * 4);
       std::vector<h5::Dataset> ds;
       for (size_t k = 5; k < 9; ++k) ds.push_back(g.create_dataset(items[k].name, h5::Elem::U8, items[k].shape));
-      std::vector<uint8_t> ExpertWeights::*field[4] = {&ExpertWeights::w13, &ExpertWeights::s13, &ExpertWeights::w2,
-                                                      &ExpertWeights::s2};
       Fnv64 h[4];
-      const int N = c.n_routed + 1;
+      const int N = table_experts(c);
       constexpr int kBatch = 8;  // materialized in parallel (the sources are thread-safe), written in id order
       for (int e0 = 0; e0 < N; e0 += kBatch) {
         const int nb = std::min(kBatch, N - e0);
@@ -136,7 +148,7 @@ std::string write_weights_file(const std::string& path, const LayerWeights& lw, 
           if (!errors[size_t(j)].empty())
             throw std::invalid_argument("weights file " + path + ": expert " + std::to_string(e0 + j) + ": " + errors[size_t(j)]);
           for (size_t k = 0; k < 4; ++k) {
-            const std::vector<uint8_t>& v = (*batch[size_t(j)]).*(field[k]);
+            const std::vector<uint8_t>& v = (*batch[size_t(j)]).*(kTables[k]);
             const uint64_t per = items[5 + k].shape[1] * items[5 + k].shape[2];
             if (v.size() != per)
               throw std::logic_error("weights file: expert " + std::to_string(e0 + j) + " " + items[5 + k].name + " has " +
@@ -148,6 +160,17 @@ std::string write_weights_file(const std::string& path, const LayerWeights& lw, 
         }
       }
       for (const Fnv64& x : h) whole.add(&x.h, 8);
+      if (c.variant.shared_fp8) {  // V6.1: the MXFP8 shared expert, its own one-row tables
+        const std::shared_ptr<const ExpertWeights> sh = lw.experts->expert(r, c.shared_expert());
+        for (size_t k = 0; k < 4; ++k) {
+          const Item& it = items[9 + k];
+          const std::vector<uint8_t>& v = (*sh).*(kTables[k]);
+          if (v.size() != it.shape[1] * it.shape[2])
+            throw std::logic_error("weights file: the shared expert's " + std::string(it.name) + " has " +
+                                   std::to_string(v.size()) + " bytes, expected " + std::to_string(it.shape[1] * it.shape[2]));
+          dense(it, v.data(), v.size());
+        }
+      }
     }
     root.set_attr("hash", whole.hex());
     f.close();
@@ -184,7 +207,7 @@ WeightsFile::WeightsFile(const std::string& path) : p_(std::make_shared<Impl>())
   } catch (const std::invalid_argument& e) {
     throw FormatError(e.what());
   }
-  std::lock_guard<std::mutex> lock(wf_mutex());
+  std::lock_guard<std::recursive_mutex> lock(wf_mutex());
   try {
     m.file = h5::File(path, h5::File::Mode::ReadOnly);
     m.root = m.file.root();
@@ -219,7 +242,6 @@ const Config& WeightsFile::config() const { return p_->cfg; }
 WeightsSource WeightsFile::source() const { return p_->src; }
 
 void WeightsFile::require_matches(const Config& c, const WeightsSource& s) const {
-  refuse_shared_fp8(c, "weights file " + p_->path);
   const WeightsSource& m = p_->src;
   std::string d;
   auto diff = [&](const std::string& what, const std::string& here, const std::string& want) {
@@ -236,7 +258,7 @@ void WeightsFile::require_matches(const Config& c, const WeightsSource& s) const
 }
 
 void WeightsFile::verify() const {
-  std::lock_guard<std::mutex> lock(wf_mutex());
+  std::lock_guard<std::recursive_mutex> lock(wf_mutex());
   Fnv64 whole;
   try {
     for (int r = 0; r < p_->cfg.tp; ++r)
@@ -273,16 +295,18 @@ class FileExpertSource : public ExpertSource {
       throw std::invalid_argument("weights file " + p_->path + ": expert(" + std::to_string(rank) + ", " + std::to_string(e) +
                                   ") is outside rank 0.." + std::to_string(c_.tp - 1) + ", expert 0.." +
                                   std::to_string(c_.n_routed));
-    std::lock_guard<std::mutex> lock(wf_mutex());
+    std::lock_guard<std::recursive_mutex> lock(wf_mutex());
     auto it = cache_.find({rank, e});
     if (it != cache_.end()) return it->second;
     auto ew = std::make_shared<ExpertWeights>();
-    const std::string g = "/rank" + std::to_string(rank) + "/";
+    // moe.shared_fp8: the shared expert is row 0 of sh_w13 .. sh_s2
+    const bool sh8 = c_.variant.shared_fp8 && e == c_.shared_expert();
+    const std::string g = "/rank" + std::to_string(rank) + "/" + (sh8 ? "sh_" : "");
     auto read = [&](const char* name, std::vector<uint8_t>& v) {
       const h5::Dataset d = p_->root.open_dataset(g + name);
       const std::vector<uint64_t> sh = d.shape();
       v.resize(size_t(sh[1] * sh[2]));
-      d.read_rows(uint64_t(e), 1, v.data(), h5::Elem::U8);
+      d.read_rows(sh8 ? 0 : uint64_t(e), 1, v.data(), h5::Elem::U8);
     };
     try {
       read("w13", ew->w13);
@@ -308,7 +332,7 @@ class FileExpertSource : public ExpertSource {
 LayerWeights WeightsFile::weights(const Config& c) const {
   LayerWeights lw;
   lw.cfg = c;
-  std::lock_guard<std::mutex> lock(wf_mutex());
+  std::lock_guard<std::recursive_mutex> lock(wf_mutex());
   try {
     for (int r = 0; r < c.tp; ++r) {
       const std::string g = "/rank" + std::to_string(r) + "/";
@@ -363,8 +387,10 @@ void check_weights_refs(const std::string& path, const h5::Group& root) {
     bad("its weights file " + p.string() + " has content hash " + got + ", but the golden was written against " + want +
         ": the weights file was replaced or rewritten (make the golden again, or put its own weights file back)");
   for (int r = 0; r < tp; ++r)
-    for (const char* n : {"oproj/inputs/w_o", "moe/inputs/w13", "moe/inputs/s13", "moe/inputs/w2", "moe/inputs/s2"}) {
+    for (const char* n : {"oproj/inputs/w_o", "moe/inputs/w13", "moe/inputs/s13", "moe/inputs/w2", "moe/inputs/s2",
+                          "moe/inputs/sh_w13", "moe/inputs/sh_s13", "moe/inputs/sh_w2", "moe/inputs/sh_s2"}) {
       const std::string dp = "/rank" + std::to_string(r) + "/" + n;
+      if (std::string(n).find("/sh_") != std::string::npos && !root.resolves(dp)) continue;  // moe.shared_fp8 only
       const h5::Dataset d = root.open_dataset(dp);
       if (!d.is_virtual()) continue;
       if (!d.has_attr("source_hash")) bad("dataset " + dp + " is virtual but has no source_hash attribute");

@@ -9,7 +9,9 @@
 //   /rank<r>/w_o (hidden, o_k) e4m3, s_o (hidden) f32, g_post (hidden) bf16,
 //            w_gate (expert, hidden) bf16, bias (expert) f32,
 //            w13 / s13 / w2 / s2 (n_experts = n_routed + 1, ...) every expert, the shared last,
-//            in the golden's forms (E2M1 pairs, or E4M3 under moe.experts = mxfp8)
+//            in the golden's forms (E2M1 pairs, or E4M3 under moe.experts = mxfp8);
+//            under moe.shared_fp8 the n_routed routed experts only, and the MXFP8 shared
+//            expert as sh_w13 / sh_s13 / sh_w2 / sh_s2 (1, ...) after s2
 //   Content hash: FNV-1a 64 over every dataset's bytes in the order above (rank 0 first),
 //   written as 16 lower-case hex digits.
 // A golden that refers to it: root attribute weights_file = JSON {"path": the file's name
@@ -49,6 +51,11 @@ struct WeightsSource {
   std::string weight_prep;
   int weight_layer = -1;
 };
+
+// What a weights file cannot serve, refused naming `option` (k4 golden's --weights-file, the
+// Python Step.save's weights_file): weights with a scenario's injections (special_weights,
+// nan_weight: not the file's), router.gate = f32 (the file holds the bf16 gate).
+void refuse_weights_file(const Config& c, bool weight_injections, const std::string& option);
 
 // The config fields the weights' bytes and shapes depend on, as one line.
 std::string weights_shape(const Config& c);

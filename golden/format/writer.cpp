@@ -106,7 +106,7 @@ void put_experts(Writer& W, const h5::Group& g, const LayerWeights& lw, int rank
     const std::vector<uint64_t> shape = W.dims.shape(s.dims);
     if (virt) {
       std::vector<uint64_t> src = shape;
-      src[0] = uint64_t(c.n_routed) + 1;
+      src[0] = uint64_t(c.n_routed) + (c.variant.shared_fp8 ? 0 : 1);  // the file's stacked tables (weights_file.hpp)
       ds.push_back(g.create_virtual(p.name, h5::Elem::U8, shape, W.weights_file, "/rank" + std::to_string(rank) + "/" + p.name,
                                     src, rows));
     } else {
@@ -155,10 +155,26 @@ void put_experts(Writer& W, const h5::Group& g, const LayerWeights& lw, int rank
     for (size_t k = 0; k < 4; ++k) ds[k].set_attr("source_hash", hash[k].hex());
   if (c.variant.shared_fp8) {  // V6.1: the MXFP8 shared expert's own tables
     const std::shared_ptr<const ExpertWeights> sh = lw.experts->expert(rank, c.shared_expert());
-    W.put(g, "moe/inputs", "sh_w13", sh->w13);
-    W.put(g, "moe/inputs", "sh_s13", sh->s13);
-    W.put(g, "moe/inputs", "sh_w2", sh->w2);
-    W.put(g, "moe/inputs", "sh_s2", sh->s2);
+    for (size_t k = 0; k < 4; ++k) {
+      const std::string name = std::string("sh_") + parts[k].name;
+      const std::vector<uint8_t>& v = (*sh).*(parts[k].field);
+      if (!virt) {
+        W.put(g, "moe/inputs", name, v);
+        continue;
+      }
+      // a virtual dataset over the weights file's one-row /rank<r>/sh_* table
+      const TensorSpec& s = find_spec("moe/inputs", name);
+      const std::vector<uint64_t> shape = W.dims.shape(s.dims);
+      if (v.size() != shape[1] * shape[2])
+        throw std::invalid_argument("golden: the shared expert of rank " + std::to_string(rank) + ": " + name + " has " +
+                                    std::to_string(v.size()) + " bytes, expected " + std::to_string(shape[1] * shape[2]));
+      h5::Dataset d = g.create_virtual(name, h5::Elem::U8, shape, W.weights_file, "/rank" + std::to_string(rank) + "/" + name,
+                                       shape, {0});
+      W.describe(d, s);
+      Fnv64 h;
+      h.add(v.data(), v.size());
+      d.set_attr("source_hash", h.hex());
+    }
   }
 }
 
@@ -321,8 +337,6 @@ void write_golden(const std::string& path, const LayerWeights& lw, const StepInp
     W.dims.score_width = in.shared.score_width;
     W.total = estimate_bytes(lw, in, res);
     if (!meta.weights_file.empty()) {
-      if (c.variant.shared_fp8)
-        throw std::invalid_argument("golden " + path + ": --weights-file with moe.shared_fp8 = on is not supported");
       namespace fs = std::filesystem;
       const fs::path wf = fs::absolute(meta.weights_file).lexically_normal();
       const fs::path dir = fs::absolute(path).lexically_normal().parent_path();

@@ -5,7 +5,16 @@
 #include <mutex>
 
 namespace k4::h5 {
+
+std::recursive_mutex& serial_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
 namespace {
+
+// Held by every public function of this file that calls libhdf5 (and by Handle::reset).
+using Serial = std::lock_guard<std::recursive_mutex>;
 
 herr_t walk_cb(unsigned n, const H5E_error2_t* e, void* data) {
   auto* out = static_cast<std::string*>(data);
@@ -115,11 +124,13 @@ size_t elem_size(Elem e) {
 }
 
 void silence_errors() {
+  Serial lock(serial_mutex());
   static std::once_flag once;
   std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
 }
 
 std::string error_stack() {
+  Serial lock(serial_mutex());
   std::string out;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &out);
   H5Eclear2(H5E_DEFAULT);
@@ -129,6 +140,7 @@ std::string error_stack() {
 }
 
 std::string library_version() {
+  Serial lock(serial_mutex());
   unsigned a = 0, b = 0, c = 0;
   H5get_libversion(&a, &b, &c);
   return std::to_string(a) + "." + std::to_string(b) + "." + std::to_string(c);
@@ -150,6 +162,7 @@ Handle& Handle::operator=(Handle&& o) noexcept {
   return *this;
 }
 void Handle::reset() noexcept {
+  Serial lock(serial_mutex());
   if (id_ >= 0 && close_) close_(id_);  // a close failure cannot be reported from here
   id_ = -1;
 }
@@ -157,6 +170,7 @@ void Handle::reset() noexcept {
 // ---- attributes ------------------------------------------------------------------------
 
 void Object::set_attr(const std::string& name, const std::string& value) const {
+  Serial lock(serial_mutex());
   Where w{file(), path() + " attribute " + name};
   delete_attr_if_present(*this, name, w);
   Handle t(check(H5Tcopy(H5T_C_S1), "H5Tcopy", w, "object"), H5Tclose);
@@ -171,6 +185,7 @@ void Object::set_attr(const std::string& name, const std::string& value) const {
 }
 
 void Object::set_attr(const std::string& name, int64_t value) const {
+  Serial lock(serial_mutex());
   Where w{file(), path() + " attribute " + name};
   delete_attr_if_present(*this, name, w);
   Handle s = scalar_space(w);
@@ -181,6 +196,7 @@ void Object::set_attr(const std::string& name, int64_t value) const {
 }
 
 void Object::set_attr(const std::string& name, double value) const {
+  Serial lock(serial_mutex());
   Where w{file(), path() + " attribute " + name};
   delete_attr_if_present(*this, name, w);
   Handle s = scalar_space(w);
@@ -191,11 +207,13 @@ void Object::set_attr(const std::string& name, double value) const {
 }
 
 bool Object::has_attr(const std::string& name) const {
+  Serial lock(serial_mutex());
   Where w{file(), path() + " attribute " + name};
   return check(H5Aexists(id(), name.c_str()), "H5Aexists", w, "object") > 0;
 }
 
 std::string Object::attr_kind(const std::string& name) const {
+  Serial lock(serial_mutex());
   Handle a = open_attr(*this, name);
   Where w{file(), path() + " attribute " + name};
   Handle t(check(H5Aget_type(a.id()), "H5Aget_type", w, "object"), H5Tclose);
@@ -208,6 +226,7 @@ std::string Object::attr_kind(const std::string& name) const {
 }
 
 std::string Object::attr_string(const std::string& name) const {
+  Serial lock(serial_mutex());
   Handle a = open_attr(*this, name);
   Where w{file(), path() + " attribute " + name};
   require_scalar(a, w);
@@ -231,6 +250,7 @@ std::string Object::attr_string(const std::string& name) const {
 }
 
 int64_t Object::attr_int(const std::string& name) const {
+  Serial lock(serial_mutex());
   Handle a = open_attr(*this, name);
   Where w{file(), path() + " attribute " + name};
   require_scalar(a, w);
@@ -242,6 +262,7 @@ int64_t Object::attr_int(const std::string& name) const {
 }
 
 double Object::attr_double(const std::string& name) const {
+  Serial lock(serial_mutex());
   Handle a = open_attr(*this, name);
   Where w{file(), path() + " attribute " + name};
   require_scalar(a, w);
@@ -254,6 +275,7 @@ double Object::attr_double(const std::string& name) const {
 }
 
 std::vector<std::string> Object::attr_names() const {
+  Serial lock(serial_mutex());
   Where w{file(), path()};
   H5O_info_t info;
   check(H5Oget_info2(id(), &info, H5O_INFO_NUM_ATTRS), "H5Oget_info2", w, "object");
@@ -273,6 +295,7 @@ std::vector<std::string> Object::attr_names() const {
 // ---- datasets --------------------------------------------------------------------------
 
 std::vector<uint64_t> Dataset::shape() const {
+  Serial lock(serial_mutex());
   Handle s(check(H5Dget_space(id()), "H5Dget_space", where(), "dataset"), H5Sclose);
   int rank = check(H5Sget_simple_extent_ndims(s.id()), "H5Sget_simple_extent_ndims", where(), "dataset");
   std::vector<hsize_t> d(static_cast<size_t>(rank));
@@ -281,12 +304,14 @@ std::vector<uint64_t> Dataset::shape() const {
 }
 
 uint64_t Dataset::size() const {
+  Serial lock(serial_mutex());
   uint64_t n = 1;
   for (uint64_t d : shape()) n *= d;
   return n;
 }
 
 Elem Dataset::elem() const {
+  Serial lock(serial_mutex());
   Handle t(check(H5Dget_type(id()), "H5Dget_type", where(), "dataset"), H5Tclose);
   if (H5Tget_class(t.id()) != H5T_INTEGER)
     throw Error(where().str("dataset") + ": stored type is not an integer (goldens store raw bits)");
@@ -301,11 +326,13 @@ Elem Dataset::elem() const {
 }
 
 void Dataset::write_raw(const void* data, Elem mem) const {
+  Serial lock(serial_mutex());
   if (size() == 0) return;
   check(H5Dwrite(id(), mem_type(mem), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "H5Dwrite", where(), "dataset");
 }
 
 void Dataset::read_raw(void* data, Elem mem) const {
+  Serial lock(serial_mutex());
   if (size() == 0) return;
   check(H5Dread(id(), mem_type(mem), H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "H5Dread", where(), "dataset");
 }
@@ -333,9 +360,11 @@ void rows_io(const Dataset& d, uint64_t row, uint64_t n, void* rbuf, const void*
 }  // namespace
 
 void Dataset::write_rows(uint64_t row, uint64_t n, const void* data, Elem mem) const {
+  Serial lock(serial_mutex());
   rows_io(*this, row, n, nullptr, data, mem);
 }
 void Dataset::read_rows(uint64_t row, uint64_t n, void* data, Elem mem) const {
+  Serial lock(serial_mutex());
   rows_io(*this, row, n, data, nullptr, mem);
 }
 
@@ -344,6 +373,7 @@ void Dataset::read_rows(uint64_t row, uint64_t n, void* data, Elem mem) const {
 std::string Group::child_path(const std::string& name) const { return join(path(), name); }
 
 Group Group::create_group(const std::string& name) const {
+  Serial lock(serial_mutex());
   Where w{file(), child_path(name)};
   Handle gcpl = gcpl_no_times(w);
   hid_t g = check(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, gcpl.id(), H5P_DEFAULT), "H5Gcreate2", w, "group");
@@ -351,6 +381,7 @@ Group Group::create_group(const std::string& name) const {
 }
 
 Group Group::open_group(const std::string& name) const {
+  Serial lock(serial_mutex());
   Where w{file(), child_path(name)};
   if (!resolves(name)) throw Error(w.str("group") + ": is missing");
   hid_t g = check(H5Gopen2(id(), name.c_str(), H5P_DEFAULT), "H5Gopen2", w, "group");
@@ -418,11 +449,13 @@ bool exists_at(const Group& g, const std::string& name, int& budget, bool* resol
 }  // namespace
 
 bool Group::exists(const std::string& name) const {
+  Serial lock(serial_mutex());
   int budget = 64;
   return exists_at(*this, name, budget, nullptr);
 }
 
 bool Group::resolves(const std::string& name) const {
+  Serial lock(serial_mutex());
   int budget = 64;
   bool r = true;
   if (!exists_at(*this, name, budget, &r) || !r) return false;
@@ -440,12 +473,17 @@ H5O_type_t obj_type(const Group& g, const std::string& name) {
 }
 }  // namespace
 
-bool Group::is_group(const std::string& name) const { return resolves(name) && obj_type(*this, name) == H5O_TYPE_GROUP; }
+bool Group::is_group(const std::string& name) const {
+  Serial lock(serial_mutex());
+  return resolves(name) && obj_type(*this, name) == H5O_TYPE_GROUP;
+}
 bool Group::is_dataset(const std::string& name) const {
+  Serial lock(serial_mutex());
   return resolves(name) && obj_type(*this, name) == H5O_TYPE_DATASET;
 }
 
 std::string Group::soft_target(const std::string& name) const {
+  Serial lock(serial_mutex());
   Where w{file(), child_path(name)};
   H5L_info_t info;
   check(H5Lget_info(id(), name.c_str(), &info, H5P_DEFAULT), "H5Lget_info", w, "link");
@@ -457,6 +495,7 @@ std::string Group::soft_target(const std::string& name) const {
 }
 
 void Group::link_soft(const std::string& name, const std::string& target) const {
+  Serial lock(serial_mutex());
   Where w{file(), child_path(name)};
   check(H5Lcreate_soft(target.c_str(), id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), "H5Lcreate_soft", w, "link");
 }
@@ -469,6 +508,7 @@ herr_t child_cb(hid_t, const char* name, const H5L_info_t*, void* data) {
 }  // namespace
 
 std::vector<std::string> Group::children() const {
+  Serial lock(serial_mutex());
   std::vector<std::string> out;
   hsize_t idx = 0;
   check(H5Literate(id(), H5_INDEX_NAME, H5_ITER_INC, &idx, child_cb, &out), "H5Literate", where(), "group");
@@ -476,6 +516,7 @@ std::vector<std::string> Group::children() const {
 }
 
 Dataset Group::create_dataset(const std::string& name, Elem stored, const std::vector<uint64_t>& shape) const {
+  Serial lock(serial_mutex());
   Where w{file(), child_path(name)};
   std::vector<hsize_t> d(shape.begin(), shape.end());
   Handle s(check(H5Screate_simple(int(d.size()), d.data(), nullptr), "H5Screate_simple", w, "dataset"), H5Sclose);
@@ -522,11 +563,13 @@ Dataset Group::create_virtual(const std::string& name, Elem stored, const std::v
 }
 
 bool Dataset::is_virtual() const {
+  Serial lock(serial_mutex());
   Handle p(check(H5Dget_create_plist(id()), "H5Dget_create_plist", where(), "dataset"), H5Pclose);
   return check(H5Pget_layout(p.id()), "H5Pget_layout", where(), "dataset") == H5D_VIRTUAL;
 }
 
 Dataset Group::open_dataset(const std::string& name) const {
+  Serial lock(serial_mutex());
   Where w{file(), child_path(name)};
   if (!resolves(name)) throw Error(w.str("dataset") + ": is missing");
   hid_t ds = check(H5Dopen2(id(), name.c_str(), H5P_DEFAULT), "H5Dopen2", w, "dataset");
@@ -536,6 +579,7 @@ Dataset Group::open_dataset(const std::string& name) const {
 // ---- files -----------------------------------------------------------------------------
 
 File::File(const std::string& path, Mode mode) : path_(path) {
+  Serial lock(serial_mutex());
   silence_errors();
   guard::note_hdf5_file(path);
   Where w{path, ""};
@@ -568,6 +612,7 @@ File::File(const std::string& path, Mode mode) : path_(path) {
 }
 
 Group File::root() const {
+  Serial lock(serial_mutex());
   guard::note_hdf5_file(path_);
   Where w{path_, "/"};
   hid_t g = check(H5Gopen2(h_.id(), "/", H5P_DEFAULT), "H5Gopen2", w, "group");
@@ -575,6 +620,7 @@ Group File::root() const {
 }
 
 void File::close() {
+  Serial lock(serial_mutex());
   if (!h_.valid()) return;
   guard::note_hdf5_file(path_);
   Where w{path_, ""};

@@ -14,6 +14,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -21,6 +22,13 @@
 #include "golden/io/crash_guard.hpp"
 
 namespace k4::h5 {
+
+// The one HDF5 lock of the process. libhdf5 is built without thread safety: every call of
+// this layer into it holds this mutex (recursive: a layer function may call another), and the
+// readers (GoldenReader, WeightsFile's expert source) hold it around their reads and caches,
+// so that no two HDF5 calls run at once, whichever objects they go through. It is never held
+// while waiting for other threads.
+std::recursive_mutex& serial_mutex();
 
 class Error : public std::runtime_error {
  public:
@@ -48,7 +56,7 @@ class Handle {
   Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
   Handle& operator=(Handle&& o) noexcept;
   ~Handle() { reset(); }
-  void reset() noexcept;
+  void reset() noexcept;  // closes under serial_mutex()
   // Gives up ownership without closing.
   hid_t release() noexcept { hid_t i = id_; id_ = -1; return i; }
   hid_t id() const { return id_; }

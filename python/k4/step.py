@@ -119,11 +119,13 @@ class Step:
         """Every stage output path (what a kernel dumps)."""
         return [p for p in self.paths() if "/outputs/" in p]
 
-    def save(self, path, overwrite=False, kv_form="auto"):
-        """Writes the golden: the same bytes as `k4 golden` with the same options."""
+    def save(self, path, overwrite=False, kv_form="auto", weights_file=None):
+        """Writes the golden: the same bytes as `k4 golden` with the same options.
+        weights_file: as `k4 golden --weights-file FILE` (the layer's weights written there
+        when it is absent, else checked to be this step's and reused; the golden refers to it)."""
         if not hasattr(self._n, "save"):
             raise TypeError(f"{self.path}: a step read from a file is saved by copying the file")
-        self._n.save(str(path), overwrite, kv_form)
+        self._n.save(str(path), overwrite, kv_form, "" if weights_file is None else str(weights_file))
         return path
 
     def __repr__(self):

@@ -73,10 +73,12 @@ struct MemStep {
   std::shared_ptr<const StepInputs> in;
   StepResult res;
   golden::GoldenMeta meta;
+  bool weight_injections = false;  // w holds a scenario's weight injections (no weights file then)
   Config cfg() const { return w->cfg; }
   TensorData tensor(const std::string& path) const;
   std::vector<std::string> paths() const;
-  void save(const std::string& path, bool overwrite, const std::string& kv_form) const;
+  // weights_file: as `k4 golden --weights-file` (written when absent, else checked and reused).
+  void save(const std::string& path, bool overwrite, const std::string& kv_form, const std::string& weights_file) const;
 };
 
 // A golden or dump file, read a tensor at a time.

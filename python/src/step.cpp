@@ -3,9 +3,12 @@
 // writer `k4 golden` uses (golden/format/writer.cpp), so the bytes are the CLI's.
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "golden/format/schema.hpp"
+#include "golden/format/weights_file.hpp"
+#include "golden/io/atomic_file.hpp"
 #include "golden/io/file_check.hpp"
 #include "golden/io/hdf5.hpp"
 #include "python/src/bind.hpp"
@@ -153,13 +156,29 @@ std::vector<std::string> MemStep::paths() const {
   return out;
 }
 
-void MemStep::save(const std::string& path, bool overwrite, const std::string& kv_form) const {
+void MemStep::save(const std::string& path, bool overwrite, const std::string& kv_form,
+                   const std::string& weights_file) const {
   golden::GoldenMeta m = meta;
   m.kv_form = kv_form;
   golden::WriteOptions o;
   o.overwrite = overwrite;
   pyb::gil_scoped_release nogil;
   std::lock_guard<std::mutex> lock(hdf5_lock());
+  if (!weights_file.empty()) {  // k4 golden's order: the output refused first, then the weights file
+    golden::refuse_weights_file(w->cfg, weight_injections, "weights_file");
+    { AtomicOutput probe(path, overwrite); }
+    golden::WeightsSource src;
+    src.weights = m.weights, src.weight_seed = m.weight_seed, src.weight_prep = m.weight_prep, src.weight_layer = m.weight_layer;
+    if (std::filesystem::exists(weights_file)) {
+      const golden::WeightsFile f(weights_file);
+      f.require_matches(w->cfg, src);
+      f.verify();
+      m.weights_file_hash = f.hash();
+    } else {
+      m.weights_file_hash = golden::write_weights_file(weights_file, *w, src);
+    }
+    m.weights_file = weights_file;
+  }
   golden::write_golden(path, *w, *in, res, m, o);
 }
 
@@ -254,6 +273,7 @@ MemStep run(const Weights& W, const Inputs& I) {
   s.meta.weight_seed = W.checkpoint.empty() ? W.seed : 0;
   s.meta.input_seed = I.seed;
   s.meta.weights = W.source;
+  s.weight_injections = I.made_from == W.w.get() && I.weight_injections;
   if (!W.checkpoint.empty()) s.meta.weight_prep = W.weight_prep, s.meta.weight_layer = W.layer;  // as k4 golden records them
   pyb::gil_scoped_release nogil;
   validate_inputs(*s.in, w->cfg);
@@ -284,7 +304,8 @@ void bind_step(pyb::module_& m) {
       .def_property_readonly("attrs", &mem_attrs)
       .def("tensor", [](const MemStep& s, const std::string& p) { return to_python(s.tensor(p)); }, pyb::arg("path"))
       .def("paths", &MemStep::paths)
-      .def("save", &MemStep::save, pyb::arg("path"), pyb::arg("overwrite") = false, pyb::arg("kv_form") = "auto");
+      .def("save", &MemStep::save, pyb::arg("path"), pyb::arg("overwrite") = false, pyb::arg("kv_form") = "auto",
+           pyb::arg("weights_file") = "");
   pyb::class_<FileStep, std::shared_ptr<FileStep>>(m, "FileStep")
       .def_readonly("config", &FileStep::cfg)
       .def_readonly("tp", &FileStep::tp)

@@ -152,3 +152,38 @@ def test_open_reads_a_golden_with_a_weights_file(tmp_path, k4_bin, tiny_golden):
     (moved / "ref.h5").write_bytes(ref.read_bytes())
     with pytest.raises(k4.FormatError, match="moved without its weights file"):
         k4.open(moved / "ref.h5")
+
+
+@pytest.mark.parametrize("variant", [None, "moe.shared_fp8=on"])
+def test_save_with_a_weights_file_is_the_cli_golden(tmp_path, k4_bin, variant):
+    """Step.save(path, weights_file=FILE): the bytes of `k4 golden --weights-file FILE` with the
+    same options, the weights file written (first) and reused (second) alike."""
+    opts = ["--preset", "tiny", "--tp", 2, "--tokens", 5, "--context", "long,short,medium,0,2000"]
+    if variant:
+        opts += ["--variant", variant]
+    cli_dir, py_dir = tmp_path / "cli", tmp_path / "py"  # the same names in each: w.h5, g1.h5, g2.h5
+    cli_dir.mkdir()
+    py_dir.mkdir()
+    for seed in (1, 2):  # seed 1 writes the weights file, seed 2 reuses it
+        r = cli(k4_bin, "golden", *opts, "--seed", seed, "--weights-file", cli_dir / "w.h5", "--out", cli_dir / f"g{seed}.h5")
+        assert r.returncode == 0, r.stderr
+        step = k4.golden("tiny", tp=2, variant=variant, seed=seed, tokens=5, context="long,short,medium,0,2000")
+        step.save(py_dir / f"g{seed}.h5", weights_file=py_dir / "w.h5")
+    for name in ("w.h5", "g1.h5", "g2.h5"):
+        assert subprocess.run(["cmp", str(py_dir / name), str(cli_dir / name)]).returncode == 0, name
+    assert b'{"path":"w.h5","hash":' in (py_dir / "g2.h5").read_bytes()  # the golden refers to its weights file
+    assert np.array_equal(k4.open(py_dir / "g2.h5")["rank1/moe/outputs/partial"].bits,
+                          k4.open(cli_dir / "g2.h5")["rank1/moe/outputs/partial"].bits)
+
+
+def test_save_with_a_weights_file_refuses_other_weights(tmp_path):
+    step = k4.golden("tiny", tp=2, seed=1, tokens=4, context="short")
+    step.save(tmp_path / "a.h5", weights_file=tmp_path / "w.h5")
+    other = k4.golden("tiny", tp=2, seed=1, weight_seed=5, tokens=4, context="short")
+    with pytest.raises(ValueError, match="holds other weights than this golden's: weight_seed '1'"):
+        other.save(tmp_path / "b.h5", weights_file=tmp_path / "w.h5")
+    assert not (tmp_path / "b.h5").exists()
+    injected = k4.golden("tiny", tp=2, seed=1, tokens=4, context="short", special_weights=True)
+    with pytest.raises(ValueError, match="weights_file: the scenario's weight injections"):
+        injected.save(tmp_path / "c.h5", weights_file=tmp_path / "w2.h5")
+    assert not (tmp_path / "w2.h5").exists() and not (tmp_path / "c.h5").exists()

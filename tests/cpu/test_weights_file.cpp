@@ -5,7 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <future>
 
 #include "golden/format/schema.hpp"
 #include "golden/format/weights_file.hpp"
@@ -44,6 +46,14 @@ void require_same(const golden::GoldenReader& a, const golden::GoldenReader& b) 
     REQUIRE(ma.expert_ids == mb.expert_ids);
     for (int32_t e : ma.expert_ids) {
       const auto p = ma.experts->expert(r, e), q = mb.experts->expert(r, e);
+      CHECK(p->w13 == q->w13);
+      CHECK(p->s13 == q->s13);
+      CHECK(p->w2 == q->w2);
+      CHECK(p->s2 == q->s2);
+    }
+    if (a.config().variant.shared_fp8) {  // V6.1: the MXFP8 shared expert, sh_w13 .. sh_s2
+      const int sh = a.config().shared_expert();
+      const auto p = ma.experts->expert(r, sh), q = mb.experts->expert(r, sh);
       CHECK(p->w13 == q->w13);
       CHECK(p->s13 == q->s13);
       CHECK(p->w2 == q->w2);
@@ -131,6 +141,68 @@ TEST_CASE("--weights-file from a checkpoint in the MXFP8 layout with MXFP8 exper
   require_same(golden::GoldenReader(t.path("self4.h5")), golden::GoldenReader(t.path("b.h5")));
   CHECK(golden::GoldenReader(t.path("a.h5")).root_attr("weight_prep").find("mxfp8-stored") != std::string::npos);
   CHECK(cli::run(t, "replay " + t.path("b.h5") + " " + t.path("b.h5")).rc == 0);
+}
+
+TEST_CASE("--weights-file under moe.shared_fp8: the MXFP8 shared expert's tables in the file, the same goldens") {
+  REQUIRE_K4();
+  TempDir t("wfile_sh8");
+  const std::string wf = t.path("w.h5"), v = "--variant moe.shared_fp8=on ";
+  for (int s : {1, 2}) {
+    CAPTURE(s);
+    const std::string self = t.path("self" + std::to_string(s) + ".h5"), ref = t.path("a" + std::to_string(s) + ".h5");
+    REQUIRE(cli::run(t, golden_cmd(self, s, v)).rc == 0);
+    const Run w = cli::run(t, golden_cmd(ref, s, v + "--weights-file " + wf));
+    CAPTURE(w.err);
+    REQUIRE(w.rc == 0);
+    CHECK(w.out.find(s == 1 ? "(written, hash " : "(reused, hash ") != std::string::npos);
+    golden::GoldenReader a(self), b(ref);
+    require_same(a, b);
+    {
+      h5::File f(ref, h5::File::Mode::ReadOnly);
+      CHECK(f.root().open_dataset("/rank1/moe/inputs/sh_w13").is_virtual());
+      CHECK(f.root().open_dataset("/rank1/moe/inputs/w13").is_virtual());
+    }
+    CHECK(cli::run(t, "diff " + self + " " + ref).rc == 0);
+    CHECK(cli::run(t, "replay " + ref + " " + ref).rc == 0);
+  }
+  {  // the file: n_routed MXFP4 rows, the shared expert apart; its shape names the variant
+    const golden::WeightsFile w(wf);
+    w.verify();
+    CHECK(golden::weights_shape(w.config()).find("shared mxfp8") != std::string::npos);
+    h5::File f(wf, h5::File::Mode::ReadOnly);
+    CHECK(f.root().open_dataset("/rank0/w13").shape()[0] == uint64_t(w.config().n_routed));
+    CHECK(f.root().open_dataset("/rank0/sh_w2").shape()[0] == 1);
+  }
+  // the seed build's file is not this one's: refused, naming the shape
+  expect_bad(cli::run(t, golden_cmd(t.path("n.h5"), 3, "--weights-file " + wf)), {"holds other weights", "shared mxfp8"});
+  CHECK(!fs::exists(t.path("n.h5")));
+  // a bit of the shared expert changed in the file: the goldens over it are refused, naming the table
+  flip(wf, "/rank0/sh_w2", 0);
+  expect_bad(cli::run(t, "inspect " + t.path("a1.h5")), {"golden " + t.path("a1.h5"), "/rank0/moe/inputs/sh_w2 reads bytes from weights file " + wf});
+}
+
+// One HDF5 lock (golden/io/hdf5.hpp): while another thread holds it, neither a golden's stored
+// experts nor a weights file's are read (libhdf5 is not thread-safe: two calls at once were
+// possible while the reader and the weights file had a mutex each).
+TEST_CASE("one HDF5 mutex: a GoldenReader's and a WeightsFile's expert reads wait for it") {
+  REQUIRE_K4();
+  TempDir t("wfile_mutex");
+  const std::string wf = t.path("w.h5"), g = t.path("g.h5");
+  REQUIRE(cli::run(t, golden_cmd(g, 1, "--weights-file " + wf)).rc == 0);
+  const golden::GoldenReader gr(g);
+  const golden::MoeStage ms = gr.moe(0);
+  const golden::WeightsFile w(wf);
+  const LayerWeights lw = w.weights(gr.config());
+  const int e = ms.expert_ids[0];
+  std::future<std::shared_ptr<const ExpertWeights>> from_golden, from_file;
+  {
+    std::lock_guard<std::recursive_mutex> held(h5::serial_mutex());
+    from_golden = std::async(std::launch::async, [&] { return ms.experts->expert(0, e); });
+    from_file = std::async(std::launch::async, [&] { return lw.experts->expert(0, e); });
+    CHECK(from_golden.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+    CHECK(from_file.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+  }
+  CHECK(from_golden.get()->w13 == from_file.get()->w13);
 }
 
 }  // TEST_SUITE golden

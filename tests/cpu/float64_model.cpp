@@ -284,9 +284,12 @@ Report check_index(const Config& cfg, const StepShared& sh, const std::vector<fl
   const int S = sh.tokens, TB = cfg.topk_blocks, PPB = cfg.pages_per_block(), TW = TB * PPB + 1;
   std::vector<int> ctx(S), nblk(S);
   std::vector<bool> lng(S);
+  // index.cp = on (VARIANTS.md V6.2): long past 288 blocks, and a long row's candidates are
+  // the blocks >= init_blocks only (the owner shares start there)
+  const bool cp = cfg.variant.index_cp;
   for (int k = 0; k < S; ++k) ctx[k] = std::max(sh.seq_lens[k], 1), nblk[k] = (ctx[k] + cfg.sparse_block - 1) / cfg.sparse_block;
   for (int r0 = 0; r0 < S; r0 += sh.q_len)
-    for (int k = r0; k < r0 + sh.q_len; ++k) lng[k] = nblk[r0 + sh.q_len - 1] > cfg.waves * cfg.lanes;
+    for (int k = r0; k < r0 + sh.q_len; ++k) lng[k] = nblk[r0 + sh.q_len - 1] > (cp ? 288 : cfg.waves * cfg.lanes);
   for (int k = 0; k < S; ++k) {
     const int n = nblk[k], tail = n - 1;
     std::vector<int> order(n);
@@ -306,7 +309,8 @@ Report check_index(const Config& cfg, const StepShared& sh, const std::vector<fl
         return a > b;                        // equal (or both NaN): the higher id first
       });
     }
-    const int n_sel = std::min(n, TB);
+    if (cp && lng[k]) order.erase(std::remove_if(order.begin(), order.end(), [&](int b) { return b < cfg.init_blocks; }), order.end());
+    const int n_sel = std::min(int(order.size()), TB);
     std::vector<int> sel(order.begin(), order.begin() + n_sel), slots;
     bool tail_sel = false;
     for (int b : sel)

@@ -351,6 +351,33 @@ TEST_CASE("split.kv_scale = atom_vllm (VARIANTS.md V4.3): the float64 guard of t
   CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, in.ranks[1], R.index, other)));
 }
 
+TEST_CASE("index.cp = on (VARIANTS.md V6.2): the float64 index guard of the 288-block threshold and the blocks below init_blocks") {
+  for (int init : {0, 2}) {
+    k4::Config cfg = k4::preset("tiny", 4);
+    cfg.variant.index_cp = true;
+    cfg.init_blocks = init;
+    cfg.validate();
+    const int B = cfg.sparse_block;
+    const StepInputs in = k4::test::random_step(cfg, {6, {287 * B, 288 * B, 288 * B + 1, 300 * B, 700 * B, 2000 * B}, 1, uint64_t(31 + init)});
+    k4::Config one_head = cfg;
+    one_head.variant.index_cp = false;
+    for (int r = 0; r < cfg.tp; ++r) {
+      CAPTURE(init);
+      CAPTURE(r);
+      const std::vector<float>& sc = in.ranks[size_t(r)].index_scores;
+      k4::IndexOut cp, oh;
+      k4::select_blocks(cp, in.shared, sc, cfg);
+      k4::select_blocks(oh, in.shared, sc, one_head);
+      const f64::Report rep = f64::check_index(cfg, in.shared, sc, cp);
+      CHECK_MESSAGE(f64::all_ok(rep), f64::describe(rep));
+      // planted: the one-head selection (long_row at 289 .. 512 blocks; with init_blocks 2 the
+      // pinned blocks 0, 1 too) is refused under index.cp, and the CP one without it
+      CHECK_FALSE(f64::all_ok(f64::check_index(cfg, in.shared, sc, oh)));
+      CHECK_FALSE(f64::all_ok(f64::check_index(one_head, in.shared, sc, cp)));
+    }
+  }
+}
+
 TEST_CASE("planted input errors: one wrong input of a stage is caught by its comparison") {
   const Run& base = planted_run();
   const k4::Config& cfg = base.w->cfg;

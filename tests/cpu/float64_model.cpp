@@ -5,6 +5,7 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -332,6 +333,50 @@ Report check_index(const Config& cfg, const StepShared& sh, const std::vector<fl
 }
 
 // ---- stage 1: split under split.kv_scale = atom_vllm (VARIANTS.md V4.3) ----------------------
+// Token tp of KV page `page` into row j of K, |K|, V, |V| (the caches' layouts, R1.2, R1.10).
+void load_kv(const StepRank& rk, int page, int tp, int j, const Config& cfg, Mat& K, Mat& Ka, Mat& V, Mat& Va) {
+  const int PG = cfg.page, D = cfg.head_dim;
+  const size_t page_bytes = size_t(PG) * D;
+  const uint8_t* kpage = rk.k_cache.data() + size_t(page) * page_bytes;
+  const uint8_t* vpage = rk.v_cache.data() + size_t(page) * page_bytes;
+  for (int d = 0; d < D; ++d) {
+    K(j, d) = dec8(kpage[(d / 16) * (PG * 16) + tp * 16 + d % 16]);
+    V(j, d) = dec8(vpage[d * PG + tp]);
+    Ka(j, d) = std::fabs(K(j, d)), Va(j, d) = std::fabs(V(j, d));
+  }
+}
+
+// Token tok's q8 (decoded) and its magnitudes, (heads, head_dim).
+void load_q(const SplitOut& sp, int tok, const Config& cfg, Mat& Q, Mat& Qa) {
+  const int H = cfg.heads, D = cfg.head_dim, OK = cfg.o_k();
+  for (int h = 0; h < H; ++h)
+    for (int d = 0; d < D; ++d) Q(h, d) = dec8(sp.q8[size_t(tok) * OK + h * D + d]), Qa(h, d) = std::fabs(Q(h, d));
+}
+
+// One (token, partition)'s o (at ts) against its sharp and loose values: NaN heads exactly;
+// else bounds(h, d, l64, rel_l) gives {o_sharp, its core bound, o_loose, its core bound}, to
+// which l's relative error (rel_l 1.01 + 4.04 u + rel_more), and bf16's 2^-8 are added.
+template <class Bounds>
+void compare_o(Cmp& co, Cmp& col, const SplitOut& sp, size_t ts, const Config& cfg, const std::vector<bool>& head_nan,
+               const std::vector<double>& l64, const std::vector<double>& dl, double rel_more, Bounds bounds) {
+  const int H = cfg.heads, D = cfg.head_dim, OK = cfg.o_k();
+  for (int h = 0; h < H; ++h)
+    for (int d = 0; d < D; ++d) {
+      const size_t i = ts * OK + h * D + d;
+      const double got = bf16(sp.o[i]);
+      if (head_nan[h]) {
+        co.exact(i, got, kNaN), col.exact(i, got, kNaN);
+        continue;
+      }
+      const double lh = l64[h], rel_l = dl[h] / (lh - dl[h]);
+      const double rel = rel_l * 1.01 + 4.04 * kU + rel_more;
+      const std::array<double, 4> b = bounds(h, d, lh, rel_l);
+      const double pre = b[1] + std::fabs(b[0]) * rel, prel = b[3] + std::fabs(b[2]) * rel;
+      co.near(i, got, b[0], pre + 0x1p-8 * (std::fabs(b[0]) + pre) * 1.0001 + kTiny);
+      col.near(i, got, b[2], prel + 0x1p-8 * (std::fabs(b[2]) + prel) * 1.0001 + kTiny);
+    }
+}
+
 // Split t takes the sparse keys [begin, end), span = ceil(n_ctx / 8), over the 256-key tiles
 // tau it meets, by online softmax. With m = max s_j over the split and mx_tau the running max
 // through tile tau: p_j = exp(s_j - mx_tau) (the f32 p the model's P8 = nearest E4M3 of p
@@ -344,12 +389,10 @@ void check_split_ranges(Cmp& cm, Cmp& cl, Cmp& co, Cmp& col, const Config& cfg, 
                         const IndexOut& idx, const SplitOut& sp) {
   const int S = sh.tokens, OK = cfg.o_k(), H = cfg.heads, D = cfg.head_dim, NS = cfg.n_split, PG = cfg.page;
   const int KEYS = cfg.split_keys(), TW = cfg.sparse_table_words();
-  const size_t page_bytes = size_t(PG) * D;
   const double sm = double(cfg.sm_scale), u = kU, vs0 = double(rk.v_scale.at(0)), ks0 = double(rk.k_scale.at(0));
   for (int tok = 0; tok < S; ++tok) {
     Mat Q(H, D), Qa(H, D);
-    for (int h = 0; h < H; ++h)
-      for (int d = 0; d < D; ++d) Q(h, d) = dec8(sp.q8[size_t(tok) * OK + h * D + d]), Qa(h, d) = std::fabs(Q(h, d));
+    load_q(sp, tok, cfg, Q, Qa);
     const int32_t* table = idx.sparse_table.data() + size_t(tok) * TW;
     const int n_ctx = table[TW - 1];
     const int span = (n_ctx + NS - 1) / NS;
@@ -373,13 +416,7 @@ void check_split_ranges(Cmp& cm, Cmp& cl, Cmp& co, Cmp& col, const Config& cfg, 
       for (int j = 0; j < nv; ++j) {
         const int kap = begin + j, page = table[kap / PG], tp = kap % PG;
         tile[j] = kap / KEYS - begin / KEYS;  // 0 or 1
-        const uint8_t* kpage = rk.k_cache.data() + size_t(page) * page_bytes;
-        const uint8_t* vpage = rk.v_cache.data() + size_t(page) * page_bytes;
-        for (int d = 0; d < D; ++d) {
-          K(j, d) = dec8(kpage[(d / 16) * (PG * 16) + tp * 16 + d % 16]);
-          V(j, d) = dec8(vpage[d * PG + tp]);
-          Ka(j, d) = std::fabs(K(j, d)), Va(j, d) = std::fabs(V(j, d));
-        }
+        load_kv(rk, page, tp, j, cfg, K, Ka, V, Va);
       }
       const int n_tiles = tile[nv - 1] + 1;
       const Mat Sm = Q * K.transpose(), Am = Qa * Ka.transpose();
@@ -428,26 +465,12 @@ void check_split_ranges(Cmp& cm, Cmp& cl, Cmp& co, Cmp& col, const Config& cfg, 
       const Mat O_sh = P * V, O_amb = AMB * Va, O_abs = ABS * Va, O_ef = EF * Va;
       const Mat O_lo = R * V, O_lq = PQ * Va;
       const double avs = std::fabs(vs0);
-      for (int h = 0; h < H; ++h)
-        for (int d = 0; d < D; ++d) {
-          const size_t i = ts * OK + h * D + d;
-          const double got = bf16(sp.o[i]);
-          if (head_nan[h]) {
-            co.exact(i, got, kNaN), col.exact(i, got, kNaN);
-            continue;
-          }
-          const double lh = l64[h], rel_l = dl[h] / (lh - dl[h]);
-          const double rel = rel_l * 1.01 + 4.04 * u;
-          // acc's f32 sums (8.01 u), vs acc, o_run factor and their add (3 u), the factor (O_ef)
-          const double o_sh = vs0 * O_sh(h, d) / lh;
-          const double core = avs * (O_amb(h, d) + 11.01 * u * O_abs(h, d) + O_ef(h, d)) / lh * (1.0 + rel_l) * 1.01;
-          const double pre = core + std::fabs(o_sh) * rel;
-          co.near(i, got, o_sh, pre + 0x1p-8 * (std::fabs(o_sh) + pre) * 1.0001 + kTiny);
-          const double o_lo = vs0 * O_lo(h, d) / lh;
-          const double corel = avs * (O_lq(h, d) + 11.01 * u * O_abs(h, d) + O_ef(h, d)) / lh * (1.0 + rel_l) * 1.01;
-          const double prel = corel + std::fabs(o_lo) * rel;
-          col.near(i, got, o_lo, prel + 0x1p-8 * (std::fabs(o_lo) + prel) * 1.0001 + kTiny);
-        }
+      // acc's f32 sums (8.01 u), vs acc, o_run factor and their add (3 u), the factor (O_ef)
+      compare_o(co, col, sp, ts, cfg, head_nan, l64, dl, 0.0, [&](int h, int d, double lh, double rel_l) {
+        const double g = (1.0 + rel_l) * 1.01 / lh;
+        return std::array<double, 4>{vs0 * O_sh(h, d) / lh, avs * (O_amb(h, d) + 11.01 * u * O_abs(h, d) + O_ef(h, d)) * g,
+                                     vs0 * O_lo(h, d) / lh, avs * (O_lq(h, d) + 11.01 * u * O_abs(h, d) + O_ef(h, d)) * g};
+      });
     }
   }
 }
@@ -463,7 +486,6 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
   Cmp cq("split.q8"), cm("split.m"), cl("split.l"), co("split.o"), col("split.o_loose");
   const int S = sh.tokens, OK = cfg.o_k(), H = cfg.heads, D = cfg.head_dim, NS = cfg.n_split, PG = cfg.page;
   const int KEYS = cfg.split_keys(), TW = cfg.sparse_table_words(), PPP = KEYS / PG;
-  const size_t page_bytes = size_t(PG) * D;
   // q8: the nearest E4M3, NaN code beyond 464 (NoSaturate)
   for (size_t i = 0; i < sp.q8.size(); ++i) cq.exact(i, sp.q8[i], e4m3_nearest(bf16(rk.q[i]), false));
   if (cfg.variant.kv_scale == KvScale::atom_vllm) {
@@ -477,8 +499,7 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
   const double vs0 = cfg.one_kv_scale() ? double(rk.v_scale.at(0)) : 0.0;
   for (int tok = 0; tok < S; ++tok) {
     Mat Q(H, D), Qa(H, D);
-    for (int h = 0; h < H; ++h)
-      for (int d = 0; d < D; ++d) Q(h, d) = dec8(sp.q8[size_t(tok) * OK + h * D + d]), Qa(h, d) = std::fabs(Q(h, d));
+    load_q(sp, tok, cfg, Q, Qa);
     const int32_t* table = idx.sparse_table.data() + size_t(tok) * TW;
     const int n_ctx = table[TW - 1];
     for (int t = 0; t < NS; ++t) {
@@ -504,13 +525,7 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
       double vmax = 0.0;
       for (int j = 0; j < nv; ++j) {
         const int kp = keys[j], page = table[t * PPP + kp / PG], tp = kp % PG;
-        const uint8_t* kpage = rk.k_cache.data() + size_t(page) * page_bytes;
-        const uint8_t* vpage = rk.v_cache.data() + size_t(page) * page_bytes;
-        for (int d = 0; d < D; ++d) {
-          K(j, d) = dec8(kpage[(d / 16) * (PG * 16) + tp * 16 + d % 16]);
-          V(j, d) = dec8(vpage[d * PG + tp]);
-          Ka(j, d) = std::fabs(K(j, d)), Va(j, d) = std::fabs(V(j, d));
-        }
+        load_kv(rk, page, tp, j, cfg, K, Ka, V, Va);
         const size_t si = cfg.one_kv_scale() ? 0 : size_t(page) * PG + tp;
         ks[j] = rk.k_scale[si], vs[j] = rk.v_scale[si];
         vmax = (std::isnan(vs[j]) || std::isnan(vmax)) ? kNaN : std::max(vmax, vs[j]);
@@ -560,25 +575,11 @@ Report check_split(const Config& cfg, const StepShared& sh, const StepRank& rk, 
       }
       const Mat O_sh = P * V, O_amb = AMB * Va, O_abs = (P.cwiseAbs() + AMB) * Va;
       const Mat O_lo = R * V, O_lq = PQ * Va, O_lr = R * Va;
-      for (int h = 0; h < H; ++h)
-        for (int d = 0; d < D; ++d) {
-          const size_t i = ts * OK + h * D + d;
-          const double got = bf16(sp.o[i]);
-          if (head_nan[h]) {
-            co.exact(i, got, kNaN), col.exact(i, got, kNaN);
-            continue;
-          }
-          const double lh = l64[h], rel_l = dl[h] / (lh - dl[h]);
-          const double rel = rel_l * 1.01 + 4.04 * u + kErr448;
-          const double o_sh = pscale * O_sh(h, d) / lh;
-          const double core = pscale * (O_amb(h, d) + 8.01 * u * O_abs(h, d)) / lh * (1.0 + rel_l) * 1.01;
-          const double pre = core + std::fabs(o_sh) * rel;
-          co.near(i, got, o_sh, pre + 0x1p-8 * (std::fabs(o_sh) + pre) * 1.0001 + kTiny);
-          const double o_lo = O_lo(h, d) / lh;
-          const double corel = (pscale * O_lq(h, d) + O_lr(h, d) * bias + pscale * 8.01 * u * O_abs(h, d)) / lh * (1.0 + rel_l) * 1.01;
-          const double prel = corel + std::fabs(o_lo) * rel;
-          col.near(i, got, o_lo, prel + 0x1p-8 * (std::fabs(o_lo) + prel) * 1.0001 + kTiny);
-        }
+      compare_o(co, col, sp, ts, cfg, head_nan, l64, dl, kErr448, [&](int h, int d, double lh, double rel_l) {
+        const double g = (1.0 + rel_l) * 1.01 / lh;
+        return std::array<double, 4>{pscale * O_sh(h, d) / lh, pscale * (O_amb(h, d) + 8.01 * u * O_abs(h, d)) * g, O_lo(h, d) / lh,
+                                     (pscale * O_lq(h, d) + O_lr(h, d) * bias + pscale * 8.01 * u * O_abs(h, d)) * g};
+      });
     }
   }
   return {cq, cm, cl, co, col};

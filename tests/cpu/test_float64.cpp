@@ -294,38 +294,45 @@ TEST_CASE("planted output errors: one flipped bit in any stage's output is caugh
   MESSAGE(t);
 }
 
-TEST_CASE("split.kv_scale = static448 (VARIANTS.md V4.2): the float64 guard of P8 = E4M3(448 p), pscale = v_scale / 448") {
-  LayerWeights w = f64::cached_layer("tiny", 2, 1);
-  w.cfg.variant.kv_scale = k4::KvScale::static448;
-  // a scored 3000, a pad row, a scored 5000 (8 live partitions) and short ones; v_scale
-  // 0.05 .. 0.15 (not a power of two: scalar's fold is not 448 there, N8)
-  const StepInputs in = k4::test::random_step(w.cfg, {6, {3000, 0, 5000, 700, 129, 2000}, 1, 23});
-  REQUIRE(in.ranks[0].v_scale.size() == 1);
-  const StepResult res = k4::run_step(w, in);
-  const f64::Report rep = f64::check_step(w, in, res);
+// A split.kv_scale mode's step (tiny TP 2, S = 6, one scale a cache) within the float64 guard,
+// and rank 1's split with its v scale doubled, then its k scale (the scores), refused.
+struct KvModeRun {
+  LayerWeights w;
+  StepInputs in;
+  StepResult res;
+};
+KvModeRun kv_mode_guard(k4::KvScale mode, std::vector<int> lens, uint64_t seed) {
+  KvModeRun r{f64::cached_layer("tiny", 2, 1), {}, {}};
+  r.w.cfg.variant.kv_scale = mode;
+  r.in = k4::test::random_step(r.w.cfg, {6, lens, 1, seed});
+  REQUIRE(r.in.ranks[0].v_scale.size() == 1);
+  r.res = k4::run_step(r.w, r.in);
+  const f64::Report rep = f64::check_step(r.w, r.in, r.res);
   CHECK_MESSAGE(f64::all_ok(rep), f64::describe(rep));
   require_nontrivial(rep, "split.o", 0.05);
-  // planted: the doubled v scale (pscale), the doubled k scale (the scores)
-  const k4::RankResult& R = res.ranks[1];
-  k4::StepRank rin = in.ranks[1];
+  const k4::RankResult& R = r.res.ranks[1];
+  k4::StepRank rin = r.in.ranks[1];
   rin.v_scale[0] *= 2.0f;
-  CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, rin, R.index, R.split)));
-  rin = in.ranks[1];
+  CHECK_FALSE(f64::all_ok(f64::check_split(r.w.cfg, r.in.shared, rin, R.index, R.split)));
+  rin = r.in.ranks[1];
   rin.k_scale[0] *= 2.0f;
-  CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, rin, R.index, R.split)));
+  CHECK_FALSE(f64::all_ok(f64::check_split(r.w.cfg, r.in.shared, rin, R.index, R.split)));
+  return r;
+}
+
+TEST_CASE("split.kv_scale = static448 (VARIANTS.md V4.2): the float64 guard of P8 = E4M3(448 p), pscale = v_scale / 448") {
+  // a scored 3000, a pad row, a scored 5000 (8 live partitions) and short ones; v_scale
+  // 0.05 .. 0.15 (not a power of two: scalar's fold is not 448 there, N8)
+  kv_mode_guard(k4::KvScale::static448, {3000, 0, 5000, 700, 129, 2000}, 23);
 }
 
 TEST_CASE("split.kv_scale = atom_vllm (VARIANTS.md V4.3): the float64 guard of the key ranges, one or two tiles, P8 = E4M3(p)") {
-  LayerWeights w = f64::cached_layer("tiny", 2, 1);
-  w.cfg.variant.kv_scale = k4::KvScale::atom_vllm;
   // n_ctx 1976 / 2000 (span 247 / 250: splits meeting two 256-key tiles), a pad row (split 0
   // one key, 1..7 no key), 700 and 129 (every split inside tile 0..2, some empty)
-  const StepInputs in = k4::test::random_step(w.cfg, {6, {3000, 0, 2000, 700, 129, 5000}, 1, 29});
-  REQUIRE(in.ranks[0].v_scale.size() == 1);
-  const StepResult res = k4::run_step(w, in);
-  const f64::Report rep = f64::check_step(w, in, res);
-  CHECK_MESSAGE(f64::all_ok(rep), f64::describe(rep));
-  require_nontrivial(rep, "split.o", 0.05);
+  const KvModeRun run = kv_mode_guard(k4::KvScale::atom_vllm, {3000, 0, 2000, 700, 129, 5000}, 29);
+  const LayerWeights& w = run.w;
+  const StepInputs& in = run.in;
+  const StepResult& res = run.res;
   int two_tiles = 0;  // the case meets the factor
   for (int k = 0; k < 6; ++k) {
     const int n_ctx = res.ranks[0].index.n_ctx[size_t(k)], span = (n_ctx + 7) / 8;
@@ -335,14 +342,7 @@ TEST_CASE("split.kv_scale = atom_vllm (VARIANTS.md V4.3): the float64 guard of t
     }
   }
   CHECK(two_tiles >= 4);
-  // planted: the doubled v scale, the doubled k scale (the scores), V's signs at page 0
   const k4::RankResult& R = res.ranks[1];
-  k4::StepRank rin = in.ranks[1];
-  rin.v_scale[0] *= 2.0f;
-  CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, rin, R.index, R.split)));
-  rin = in.ranks[1];
-  rin.k_scale[0] *= 2.0f;
-  CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, rin, R.index, R.split)));
   // and the seed's per-partition formula's bits (another mode's split) are refused
   k4::Config seed_cfg = w.cfg;
   seed_cfg.variant.kv_scale = k4::KvScale::scalar;

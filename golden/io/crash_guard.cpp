@@ -8,10 +8,12 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -173,17 +175,23 @@ struct Message {
   }
 };
 
+// "libhdf5 1.10.8 crashed (SIGSEGV, ...) on HDF5 file 'F': the file is corrupt (...)."
+Message& corrupt_file(Message& m, int sig, const char* file) {
+  m << "libhdf5 " << g_version << " crashed (";
+  m.signal(sig) << ") on ";
+  if (file[0]) m << "HDF5 file '" << file << "'";
+  else m << "an HDF5 file";
+  return m << ": the file is corrupt (libhdf5 crashes on some damaged files before it can report an error).";
+}
+
 // The end of a crashed command: the message, its temporaries removed, exit 2 or 70.
 [[noreturn]] void end_crashed(int sig, void* uc) {
   const bool corrupt = !g_finished && stack_in_hdf5(uc);
   const bool removed = remove_temporaries() > 0;
   Message m;
   if (corrupt) {
-    m << g_tool << ": error: libhdf5 " << g_version << " crashed (";
-    m.signal(sig) << ") on ";
-    if (g_hdf5_file[0]) m << "HDF5 file '" << g_hdf5_file << "'";
-    else m << "an HDF5 file";
-    m << ": the file is corrupt (libhdf5 crashes on some damaged files before it can report an error).";
+    m << g_tool << ": error: ";
+    corrupt_file(m, sig, g_hdf5_file);
   } else if (g_finished) {
     m << g_tool << ": internal error: ";
     m.signal(sig) << " after the command had finished (a sanitizer report at exit, such as leaks): a bug in k4, "
@@ -316,6 +324,69 @@ void install_in_process(void (*on_hdf5)(int)) {
   prepare();
   g_on_hdf5 = on_hdf5;
   install_crash_handlers(in_process_handler, 0);
+}
+
+namespace {
+constexpr int kProbeHdf5Exit = 64;  // the child's status: 64 + the signal libhdf5 crashed with
+char* g_probe_file = nullptr;       // shared with the parent: the file of the child's last libhdf5 call
+void probe_on_hdf5(int sig) {
+  if (g_probe_file) std::memcpy(g_probe_file, g_hdf5_file, sizeof g_hdf5_file);
+  _exit(kProbeHdf5Exit + sig);
+}
+}  // namespace
+
+Probe probe_in_child(const std::string& file, const std::function<void()>& fn) {
+  if (guard_off()) return {};
+  prepare();  // in the parent: the child inherits the ranges, no dl_iterate_phdr after fork
+  if (!g_version[0]) copy_into(g_version, sizeof g_version, h5::library_version());
+  std::fflush(nullptr);  // nothing buffered is written twice
+  void* shared = mmap(nullptr, sizeof g_hdf5_file, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) return {};
+  g_probe_file = static_cast<char*>(shared);
+  g_probe_file[0] = 0;
+  const pid_t pid = fork();
+  if (pid < 0) {  // no child: read unguarded, as before
+    munmap(shared, sizeof g_hdf5_file);
+    return {};
+  }
+  if (pid == 0) {
+    g_on_hdf5 = probe_on_hdf5;
+    g_hdf5_file[0] = 0;
+    g_active = 1;  // the HDF5 layer notes each file it calls libhdf5 on (note_hdf5_file)
+    install_crash_handlers(in_process_handler, 0);
+    try {
+      self_test();
+      fn();
+    } catch (...) {
+    }
+    _exit(0);  // no atexit handlers, no stdio flush: the parent's state stays the parent's
+  }
+  int st = 0;
+  pid_t w;
+  while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
+  }
+  char name[sizeof g_hdf5_file];
+  std::memcpy(name, g_probe_file, sizeof name);
+  name[sizeof name - 1] = 0;
+  munmap(shared, sizeof g_hdf5_file);
+  g_probe_file = nullptr;
+  if (w < 0) return {};
+  if (!name[0]) copy_into(name, sizeof name, file);  // no libhdf5 call noted: the file probed
+  Message m;
+  Probe p;
+  if (WIFEXITED(st) && WEXITSTATUS(st) > kProbeHdf5Exit) {
+    corrupt_file(m, WEXITSTATUS(st) - kProbeHdf5Exit, name);
+    p.kind = Probe::Kind::Corrupt;
+  } else if (WIFSIGNALED(st)) {
+    p.kind = Probe::Kind::Crashed;
+    m << "k4 crashed (";
+    m.signal(WTERMSIG(st)) << ") outside libhdf5 reading HDF5 file '" << name
+                           << "': a bug in k4, not in your file; please report it (K4_NO_GUARD=1 reads it without the guard).";
+  } else {
+    return {};
+  }
+  p.message.assign(m.buf, m.n);
+  return p;
 }
 
 int run(const std::string& tool, const std::function<int()>& fn) {

@@ -50,4 +50,20 @@ bool in_libhdf5(const void* pc);
 // uses it to tell libhdf5's crashes (handled by run()) from ours.
 void install_in_process(void (*on_hdf5)(int signo));
 
+// For a process that must outlive a corrupt file (the Python module: an interpreter, not a
+// command that may end): runs FN in a forked child, with the crash classification installed
+// there, and tells whether it crashed. FN's results stay in the child (it only reads what the
+// caller then reads itself); an exception FN throws counts as no crash (the caller's own read
+// throws it). Corrupt: libhdf5 crashed; message is the tools' after "TOOL: error: "
+// ("libhdf5 1.10.8 crashed (SIGSEGV, Segmentation fault) on HDF5 file 'F': the file is
+// corrupt (...).", F the file of the child's last libhdf5 call, else FILE). Crashed: k4's own code crashed ("k4 crashed (SIG...) outside libhdf5 reading
+// HDF5 file 'FILE': a bug in k4, ..."). K4_NO_GUARD=1: nothing runs, Ok. K4_GUARD_SELFTEST
+// (= libhdf5 or k4) crashes the child before FN, as it crashes a tool before its command. The
+// caller holds the HDF5 lock (no other thread may be inside libhdf5 at the fork).
+struct Probe {
+  enum class Kind { Ok, Corrupt, Crashed } kind = Kind::Ok;
+  std::string message;
+};
+Probe probe_in_child(const std::string& file, const std::function<void()>& fn);
+
 }  // namespace k4::guard

@@ -17,6 +17,7 @@
 
 #include "golden/diff/compare.hpp"
 #include "golden/format/schema.hpp"
+#include "golden/io/crash_guard.hpp"
 #include "golden/inputs/scenario.hpp"
 #include "reference/model.hpp"
 
@@ -28,6 +29,9 @@ using golden::DType;
 // libhdf5 is built serial (not thread-safe): every call into it holds this lock. Long calls
 // release the GIL first (pyb::gil_scoped_release), then take the lock.
 std::mutex& hdf5_lock();
+// guard::probe_in_child's verdict as the module's exception: Corrupt -> golden::FormatError
+// (k4.FormatError), Crashed -> std::runtime_error (RuntimeError), Ok -> nothing.
+void throw_if_crashed(const guard::Probe& p);
 
 // One tensor as it crosses into Python: the schema's dtype and named dims, the stored bits.
 struct TensorData {

@@ -9,6 +9,7 @@
 #include "golden/format/schema.hpp"
 #include "golden/format/weights_file.hpp"
 #include "golden/io/atomic_file.hpp"
+#include "golden/io/crash_guard.hpp"
 #include "golden/io/file_check.hpp"
 #include "golden/io/hdf5.hpp"
 #include "python/src/bind.hpp"
@@ -184,9 +185,11 @@ void MemStep::save(const std::string& path, bool overwrite, const std::string& k
 
 // ---- files -------------------------------------------------------------------------------
 
-std::shared_ptr<FileStep> open_file(const std::string& path) {
-  auto f = std::make_shared<FileStep>();
-  std::lock_guard<std::mutex> lock(hdf5_lock());
+namespace {
+
+// What k4.open reads of a file at once: its reader, kind, config, tp, tokens, q_len.
+void read_header(FileStep& step, const std::string& path) {
+  FileStep* f = &step;
   f->reader = std::make_shared<golden::DumpReader>(path, "golden");
   const golden::DumpReader& r = *f->reader;
   f->kind = r.has_root_attr("kind") ? r.root_attr_string("kind") : "golden";
@@ -201,6 +204,18 @@ std::shared_ptr<FileStep> open_file(const std::string& path) {
       if (g.has_attr("q_len") && g.attr_kind("q_len") == "int") f->q_len = int(g.attr_int("q_len"));
     }
   }
+}
+
+}  // namespace
+
+std::shared_ptr<FileStep> open_file(const std::string& path) {
+  auto f = std::make_shared<FileStep>();
+  std::lock_guard<std::mutex> lock(hdf5_lock());
+  // libhdf5 crashes on some corrupt files (docs/reliability.md L2) where the tools' crash guard
+  // can end the command; an interpreter must go on: the same reads in a forked child first, and
+  // a crash there is this file's FormatError, with the tools' message
+  throw_if_crashed(guard::probe_in_child(path, [&] { read_header(*f, path); }));
+  read_header(*f, path);
   return f;
 }
 

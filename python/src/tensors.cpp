@@ -13,6 +13,11 @@ std::mutex& hdf5_lock() {
   return m;
 }
 
+void throw_if_crashed(const guard::Probe& p) {
+  if (p.kind == guard::Probe::Kind::Corrupt) throw golden::FormatError(p.message);
+  if (p.kind == guard::Probe::Kind::Crashed) throw std::runtime_error(p.message);
+}
+
 pyb::dtype storage_dtype(DType d) {
   switch (golden::stored_elem(d)) {
     case h5::Elem::U8: return pyb::dtype::of<uint8_t>();

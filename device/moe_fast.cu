@@ -261,21 +261,48 @@ struct UgSmem {
   float* midv;      // (kUses, 32)
 };
 
-template <int NG>
-__device__ void up_gate_slice(const FastUpGateArgs& a, int r, int e, int rg, int w, const UgSmem& sm, int u0, int nu) {
-  const DevCfg& cfg = a.cfg;
-  const int HID = cfg.hidden, I = cfg.inter, KB = HID / 32, SL = cfg.moe_slots, S = a.tokens;
-  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
-  const size_t ex = size_t(r) * cfg.n_experts + e;
-  // row x of the 8 (tile q = x / 2: gate (q < 2) or up rows, 16 (q % 2) .. of the 32; rows g, g + 8):
-  // its weights at w13 + 16 (row KB) + 16 t, its scales at s13 + row KB. 32-bit offsets (an
-  // expert's w13 is 2 I HID / 2 bytes < 2^32): 8 registers where 16 pointers took 32.
-  const uint8_t* w13 = a.ex.w13[ex] + 16 * t;
-  const uint8_t* s13 = a.ex.s13[ex];
-  uint32_t roff[8];
+// Row x of the 8 a lane reads of an up/gate task (tile q = x / 2: gate (q < 2) or up rows, 16 (q % 2)
+// .. of the 32; rows g, g + 8), as its offset row KB: its weights at w13 + 16 roff + 16 t, its
+// scales at s13 + roff. 32-bit offsets (an expert's w13 is 2 I HID / 2 bytes < 2^32): 8
+// registers where 16 row pointers took 32.
+__device__ inline void w13_rows(uint32_t (&roff)[8], int I, int KB, int rg, int g) {
   for (int q = 0; q < 4; ++q)
     for (int x = 0; x < 2; ++x) roff[2 * q + x] = uint32_t((q / 2) * I + rg * 32 + (q % 2) * 16 + g + 8 * x) * uint32_t(KB);
-  const int wb = KB / cfg.waves, G0 = w * wb / 4, G1 = (w + 1) * wb / 4;
+}
+// A lane's share of an up/gate task (expert e, rows 32 rg.., rank r) in wave w: its rows (w13_rows)
+// and its groups G0 .. G1 - 1 of 4 blocks.
+struct UgLane {
+  int KB, g, t, G0, G1;
+  const uint8_t* w13;  // lane t's 16 bytes of a group
+  const uint8_t* s13;
+  uint32_t roff[8];
+};
+__device__ inline UgLane ug_lane(const FastUpGateArgs& a, int r, int e, int rg, int w) {
+  const DevCfg& cfg = a.cfg;
+  const int lane = int(threadIdx.x) % 32, KB = cfg.hidden / 32, wb = KB / cfg.waves;
+  UgLane L;
+  L.KB = KB, L.g = lane / 4, L.t = lane % 4, L.G0 = w * wb / 4, L.G1 = (w + 1) * wb / 4;
+  const size_t ex = size_t(r) * cfg.n_experts + e;
+  L.w13 = a.ex.w13[ex] + 16 * L.t;
+  L.s13 = a.ex.s13[ex];
+  w13_rows(L.roff, cfg.inter, KB, rg, L.g);
+  return L;
+}
+// Group G (4 blocks) of those rows: 16 bytes of weights and 4 scales each (w13 at lane t's 16 bytes).
+__device__ inline void w13_group(uint4 (&wv)[8], uint32_t (&sv)[8], const uint8_t* w13, const uint8_t* s13,
+                                 const uint32_t (&roff)[8], int G) {
+  for (int x = 0; x < 8; ++x) {
+    wv[x] = load_stream(w13 + (16 * roff[x] + 64 * uint32_t(G)));
+    sv[x] = *reinterpret_cast<const uint32_t*>(s13 + (roff[x] + 4 * uint32_t(G)));
+  }
+}
+
+template <int NG>
+__device__ void up_gate_slice(const FastUpGateArgs& a, int r, int e, int rg, int w, const UgSmem& sm, int u0, int nu) {
+  const UgLane L = ug_lane(a, r, e, rg, w);
+  const int KB = L.KB, SL = a.cfg.moe_slots, S = a.tokens, g = L.g, t = L.t, G0 = L.G0, G1 = L.G1;
+  const uint8_t *w13 = L.w13, *s13 = L.s13;
+  const uint32_t(&roff)[8] = L.roff;
   const uint32_t* xb[NG];
   for (int grp = 0; grp < NG; ++grp) {
     const int u = grp * 8 + g;  // this lane's B column
@@ -288,10 +315,7 @@ __device__ void up_gate_slice(const FastUpGateArgs& a, int r, int e, int rg, int
   for (int G = G0; G < G1; ++G) {
     uint4 wv[8];
     uint32_t sv[8];
-    for (int x = 0; x < 8; ++x) {
-      wv[x] = load_stream(w13 + (16 * roff[x] + 64 * uint32_t(G)));
-      sv[x] = *reinterpret_cast<const uint32_t*>(s13 + (roff[x] + 4 * uint32_t(G)));
-    }
+    w13_group(wv, sv, w13, s13, roff, G);
 K4_FAST_UNROLL
     for (int j = 0; j < 4; ++j) {
       const int b = 4 * G + j;
@@ -312,26 +336,17 @@ K4_FAST_UNROLL
 // up_gate_slice for a pass of one use (nu == 1): the rotated tiles (tile_rot), rows g and g + 8
 // of each tile's chains a lane.
 __device__ void up_gate_slice_rot(const FastUpGateArgs& a, int r, int e, int rg, int w, const UgSmem& sm, int u0) {
-  const DevCfg& cfg = a.cfg;
-  const int HID = cfg.hidden, I = cfg.inter, KB = HID / 32, SL = cfg.moe_slots, S = a.tokens;
-  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
-  const size_t ex = size_t(r) * cfg.n_experts + e;
-  const uint8_t* w13 = a.ex.w13[ex] + 16 * t;
-  const uint8_t* s13 = a.ex.s13[ex];
-  uint32_t roff[8];  // as up_gate_slice's
-  for (int q = 0; q < 4; ++q)
-    for (int x = 0; x < 2; ++x) roff[2 * q + x] = uint32_t((q / 2) * I + rg * 32 + (q % 2) * 16 + g + 8 * x) * uint32_t(KB);
-  const int wb = KB / cfg.waves, G0 = w * wb / 4, G1 = (w + 1) * wb / 4;
+  const UgLane L = ug_lane(a, r, e, rg, w);
+  const int KB = L.KB, SL = a.cfg.moe_slots, S = a.tokens, g = L.g, t = L.t, G0 = L.G0, G1 = L.G1;
+  const uint8_t *w13 = L.w13, *s13 = L.s13;
+  const uint32_t(&roff)[8] = L.roff;
   const uint32_t* xr = a.xlimbs + ((size_t(r) * S + sm.uses[u0] / SL) * KB) * 24 + t * 2;
   float cr[4][2];
   for (int q = 0; q < 4; ++q) cr[q][0] = 0.0f, cr[q][1] = 0.0f;
   for (int G = G0; G < G1; ++G) {
     uint4 wv[8];
     uint32_t sv[8];
-    for (int x = 0; x < 8; ++x) {
-      wv[x] = load_stream(w13 + (16 * roff[x] + 64 * uint32_t(G)));
-      sv[x] = *reinterpret_cast<const uint32_t*>(s13 + (roff[x] + 4 * uint32_t(G)));
-    }
+    w13_group(wv, sv, w13, s13, roff, G);
     uint2 lm, hv;
     load_rot(lm, hv, xr, 4 * G + g / 2, g);
 K4_FAST_UNROLL
@@ -414,23 +429,36 @@ __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) 
 }
 
 // ------------------------------------------------------------------------------ down units
+// Lane (g, t)'s rows row0 + 16 h + g + 8 x (x = 0, 1 of tile h = 0, 1) of expert e's w2 (fragment
+// order: its 16 bytes of a group) and s2.
+__device__ inline void w2_rows(const uint8_t* (&wrow)[4], const uint8_t* (&srow)[4], const FastUnitsArgs& a, int r, int e,
+                               int row0, int g, int t) {
+  const int I = a.cfg.inter, IB = I / 32;
+  const size_t ex = size_t(r) * a.cfg.n_experts + e;
+  for (int h = 0; h < 2; ++h)
+    for (int x = 0; x < 2; ++x) {
+      const int row = row0 + 16 * h + g + 8 * x;
+      wrow[2 * h + x] = a.ex.w2[ex] + size_t(row) * (I / 2) + 16 * t;
+      srow[2 * h + x] = a.ex.s2[ex] + size_t(row) * IB;
+    }
+}
+// Group kc (a 128-k unit) of those rows: 16 bytes of weights and 4 scales each.
+__device__ inline void w2_group(uint4 (&wv)[4], uint32_t (&sv)[4], const uint8_t* const (&wrow)[4],
+                                const uint8_t* const (&srow)[4], int kc) {
+  for (int x = 0; x < 4; ++x) {
+    wv[x] = load_stream(wrow[x] + size_t(kc) * 64);
+    sv[x] = *reinterpret_cast<const uint32_t*>(srow[x] + 4 * kc);
+  }
+}
 template <int NG>
 __device__ void down_units_tile(const FastUnitsArgs& a, int r, int e, int row0, const int* uses, int u0, int nu,
                                 const float* fb, const uint8_t* sbs) {
   const DevCfg& cfg = a.cfg;
   const int HID = cfg.hidden, I = cfg.inter, IB = I / 32, KC = I / 128, SL = cfg.moe_slots, S = a.tokens;
   const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
-  const size_t ex = size_t(r) * cfg.n_experts + e;
-  const uint8_t* w2 = a.ex.w2[ex];
-  const uint8_t* s2 = a.ex.s2[ex];
   const uint8_t* wrow[4];
   const uint8_t* srow[4];
-  for (int h = 0; h < 2; ++h)
-    for (int x = 0; x < 2; ++x) {
-      const int row = row0 + 16 * h + g + 8 * x;
-      wrow[2 * h + x] = w2 + size_t(row) * (I / 2) + 16 * t;
-      srow[2 * h + x] = s2 + size_t(row) * IB;
-    }
+  w2_rows(wrow, srow, a, r, e, row0, g, t);
   const uint32_t* mb[NG];
   for (int grp = 0; grp < NG; ++grp) {
     const int u = grp * 8 + g;
@@ -439,10 +467,7 @@ __device__ void down_units_tile(const FastUnitsArgs& a, int r, int e, int row0, 
   for (int kc = 0; kc < KC; ++kc) {  // a unit = a 128-k chunk = one 64-byte group of 4 blocks
     uint4 wv[4];
     uint32_t sv[4];
-    for (int x = 0; x < 4; ++x) {
-      wv[x] = load_stream(wrow[x] + size_t(kc) * 64);
-      sv[x] = *reinterpret_cast<const uint32_t*>(srow[x] + 4 * kc);
-    }
+    w2_group(wv, sv, wrow, srow, kc);
     float un[2][NG][4];  // tile h, column group, fragment element
     for (int grp = 0; grp < NG; ++grp)
       for (int h = 0; h < 2; ++h)
@@ -473,26 +498,15 @@ __device__ void down_units_rot(const FastUnitsArgs& a, int r, int e, int row0, c
   const DevCfg& cfg = a.cfg;
   const int HID = cfg.hidden, I = cfg.inter, IB = I / 32, KC = I / 128, SL = cfg.moe_slots, S = a.tokens;
   const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
-  const size_t ex = size_t(r) * cfg.n_experts + e;
-  const uint8_t* w2 = a.ex.w2[ex];
-  const uint8_t* s2 = a.ex.s2[ex];
   const uint8_t* wrow[4];
   const uint8_t* srow[4];
-  for (int h = 0; h < 2; ++h)
-    for (int x = 0; x < 2; ++x) {
-      const int row = row0 + 16 * h + g + 8 * x;
-      wrow[2 * h + x] = w2 + size_t(row) * (I / 2) + 16 * t;
-      srow[2 * h + x] = s2 + size_t(row) * IB;
-    }
+  w2_rows(wrow, srow, a, r, e, row0, g, t);
   const size_t use = size_t(r) * S * SL + uses[u0];
   const uint32_t* mr = a.mlimbs + (use * IB) * 24 + t * 2;
   for (int kc = 0; kc < KC; ++kc) {
     uint4 wv[4];
     uint32_t sv[4];
-    for (int x = 0; x < 4; ++x) {
-      wv[x] = load_stream(wrow[x] + size_t(kc) * 64);
-      sv[x] = *reinterpret_cast<const uint32_t*>(srow[x] + 4 * kc);
-    }
+    w2_group(wv, sv, wrow, srow, kc);
     uint2 lm, hv;
     load_rot(lm, hv, mr, 4 * kc + g / 2, g);
 K4_FAST_UNROLL

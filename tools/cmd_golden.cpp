@@ -2,11 +2,13 @@
 // or a captured inputs file) -> k4::run_step -> one golden HDF5 file.
 #include <omp.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <variant>
@@ -175,11 +177,40 @@ Step step_from_scenario(const GoldenOpt& o) {
   return st;
 }
 
+// A count of the experts prepared so far (the total is known only once the model routes),
+// drawn from the threads that prepare them; after close() it draws no more (the golden writer
+// prepares experts again, past the source's cache).
+class ExpertProgress {
+ public:
+  ExpertProgress(std::string label, bool force) : bar_(std::move(label), force, "(rank, expert) shards") {}
+  void built(uint64_t n) {
+    n_.store(n > n_.load() ? n : n_.load());  // the largest count seen (a racing smaller one loses)
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);  // a thread drawing already: skip this redraw
+    if (lock.owns_lock() && open_) bar_.count(n);
+  }
+  void close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (open_ && n_.load() > 0) bar_.count(n_.load(), true);
+    open_ = false;
+    bar_.finish();
+  }
+
+ private:
+  Progress bar_;
+  std::mutex mu_;
+  std::atomic<uint64_t> n_{0};
+  bool open_ = true;
+};
+
 // The weights, the inputs, the model, the file; the timings printed.
 int write_step_golden(const GoldenOpt& o, Step& st, std::chrono::steady_clock::time_point t0) {
   const bool from_scenario = o.inputs.empty();
   const auto tw = std::chrono::steady_clock::now();
   std::string weight_prep;
+  // the checkpoint's experts are prepared as run_step first routes to them, from its worker
+  // threads: their line is drawn from there and closed after run_step (declared before the
+  // weights, whose expert source keeps the callback)
+  ExpertProgress experts_bar("load layer " + std::to_string(st.shape.layer) + " experts", o.progress);
   LayerWeights w;
   const prep::MxScale mx = prep::mx_scale_from(o.mx_scale);
   if (st.ck) weight_prep = plan_layer(*st.ck, st.cfg, st.shape.layer, mx).prep_json;  // headers only: a bad tensor first
@@ -205,7 +236,8 @@ int write_step_golden(const GoldenOpt& o, Step& st, std::chrono::steady_clock::t
   if (!reused) {
     if (st.ck) {
       Progress lbar("load layer " + std::to_string(st.shape.layer) + " o_proj", o.progress, "rows");
-      w = load_checkpoint_layer(st.ck, st.cfg, st.shape.layer, mx, [&](uint64_t d, uint64_t t) { lbar.update(d, t); });
+      w = load_checkpoint_layer(st.ck, st.cfg, st.shape.layer, mx, [&](uint64_t d, uint64_t t) { lbar.update(d, t); },
+                                [&experts_bar](uint64_t n) { experts_bar.built(n); });
       lbar.finish();
     } else {
       w = synth::synthetic_layer(st.cfg, o.weight_seed);
@@ -221,6 +253,7 @@ int write_step_golden(const GoldenOpt& o, Step& st, std::chrono::steady_clock::t
   if (from_scenario) st.in = make_inputs(st.cfg, st.scn, o.seed, &w);
   const auto tr = std::chrono::steady_clock::now();
   const StepResult res = run_step(w, st.in);
+  experts_bar.close();
   const double t_run = since(tr);
   golden::GoldenMeta meta;
   meta.scenario_json = st.scenario_json;

@@ -16,6 +16,7 @@ Progress::~Progress() { finish(); }
 
 void Progress::update(uint64_t done, uint64_t total) {
   if (!enabled_) return;
+  if (done > total) total = done;  // an estimated total (the golden's bytes) that fell short: 100%, not 103%
   const auto now = std::chrono::steady_clock::now();
   if (drawn_ && done < total && now - last_ < std::chrono::milliseconds(100)) return;
   last_ = now;
@@ -31,6 +32,17 @@ void Progress::update(uint64_t done, uint64_t total) {
   else
     std::fprintf(stderr, "\r%s [%s] %3d%% %llu/%llu %s %.1fs", label_.c_str(), bar.c_str(), int(f * 100 + 0.5),
                  (unsigned long long)done, (unsigned long long)total, unit_.c_str(), secs);
+  std::fflush(stderr);
+}
+
+void Progress::count(uint64_t done, bool final) {
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!final && drawn_ && now - last_ < std::chrono::milliseconds(100)) return;
+  last_ = now;
+  drawn_ = true;
+  const double secs = std::chrono::duration<double>(now - start_).count();
+  std::fprintf(stderr, "\r%s: %llu %s %.1fs", label_.c_str(), (unsigned long long)done, unit_.c_str(), secs);
   std::fflush(stderr);
 }
 

@@ -13,6 +13,9 @@ class Progress {
   Progress(std::string label, bool force, std::string unit = "");
   ~Progress();
   void update(uint64_t done, uint64_t total);
+  // where the total is not known beforehand: "label: N unit T s"; final: drawn even within
+  // the 0.1 s since the last redraw (the last count before finish())
+  void count(uint64_t done, bool final = false);
   void finish();
   bool enabled() const { return enabled_; }
 

@@ -305,7 +305,8 @@ void write_rank(Writer& W, const h5::Group& root, const LayerWeights& lw, const 
   }
 }
 
-// Bytes of tensor data the file will hold (for the progress bar): an upper bound is enough.
+// Bytes of tensor data the file will hold, roughly (the progress bar's total: the attributes, the
+// small tensors and the dumps' extras are not counted; the bar stops at 100%).
 uint64_t estimate_bytes(const LayerWeights& lw, const StepInputs& in, const StepResult& res) {
   const Config& c = lw.cfg;
   uint64_t t = 0;

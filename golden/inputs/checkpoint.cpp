@@ -266,8 +266,8 @@ void load_projection(const Checkpoint& ck, const Proj& q, prep::MxScale mx, int6
 class CheckpointExpertSource : public ExpertSource {
  public:
   CheckpointExpertSource(std::shared_ptr<const Checkpoint> ck, const Config& cfg, std::vector<ExpertPlan> plans,
-                         prep::MxScale mx)
-      : ck_(std::move(ck)), cfg_(cfg), plans_(std::move(plans)), mx_(mx) {}
+                         prep::MxScale mx, std::function<void(uint64_t)> built)
+      : ck_(std::move(ck)), cfg_(cfg), plans_(std::move(plans)), mx_(mx), built_(std::move(built)) {}
 
   std::shared_ptr<const ExpertWeights> expert(int rank, int e) const override {
     {
@@ -276,6 +276,7 @@ class CheckpointExpertSource : public ExpertSource {
         if (kv.first == std::make_pair(rank, e)) return kv.second;
     }
     std::shared_ptr<const ExpertWeights> ew = build(rank, e);  // outside the lock: ranks build in parallel
+    if (built_) built_(++n_built_);
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& kv : cache_)
       if (kv.first == std::make_pair(rank, e)) return kv.second;
@@ -310,6 +311,8 @@ class CheckpointExpertSource : public ExpertSource {
   Config cfg_;
   std::vector<ExpertPlan> plans_;
   prep::MxScale mx_;
+  std::function<void(uint64_t)> built_;
+  mutable std::atomic<uint64_t> n_built_{0};
   mutable std::mutex mu_;
   mutable std::vector<std::pair<std::pair<int, int>, std::shared_ptr<const ExpertWeights>>> cache_;
 };
@@ -360,7 +363,8 @@ void load_o_proj(const Checkpoint& ck, const Config& c, const DensePlan& d, Laye
 }  // namespace
 
 LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const Config& cfg, int layer, prep::MxScale mx,
-                                   const std::function<void(uint64_t, uint64_t)>& progress) {
+                                   const std::function<void(uint64_t, uint64_t)>& progress,
+                                   std::function<void(uint64_t)> expert_progress) {
   cfg.validate();
   const Config& c = cfg;
   ck->require_shards(layer_names(*ck, c, layer));  // a missing shard is named before any work
@@ -396,7 +400,7 @@ LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const C
     R.w_gate_f32 = w_gate_f32;
     R.bias = bias;
   }
-  lw.experts = std::make_shared<CheckpointExpertSource>(ck, cfg, std::move(experts), mx);
+  lw.experts = std::make_shared<CheckpointExpertSource>(ck, cfg, std::move(experts), mx, std::move(expert_progress));
   return lw;
 }
 

@@ -62,11 +62,14 @@ struct LayerPlan {
 };
 LayerPlan plan_layer(const Checkpoint& ck, const Config& cfg, int layer, prep::MxScale mx = prep::MxScale::Even);
 
-// progress(done, total): o_proj rows prepared (the one slow part of loading; experts are
-// prepared when the model first routes to them), called from one thread.
+// progress(done, total): o_proj rows prepared, called from one thread. Experts are prepared
+// when the model first routes to them (how many is known only then): expert_progress(n) after
+// each (rank, expert) shard, n counting them, from the model's worker threads (it must be
+// thread-safe and is kept by the returned weights' expert source).
 LayerWeights load_checkpoint_layer(std::shared_ptr<const Checkpoint> ck, const Config& cfg, int layer,
                                    prep::MxScale mx = prep::MxScale::Even,
-                                   const std::function<void(uint64_t, uint64_t)>& progress = {});
+                                   const std::function<void(uint64_t, uint64_t)>& progress = {},
+                                   std::function<void(uint64_t)> expert_progress = {});
 // Only o_proj: every rank's (w_o, s_o) as load_checkpoint_layer makes them (tests of the
 // o_proj rules on a checkpoint whose experts K4 cannot read yet, the MXFP8 release).
 std::vector<RankWeights> load_o_proj_ranks(const Checkpoint& ck, const Config& cfg, int layer);

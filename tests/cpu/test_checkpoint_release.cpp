@@ -227,6 +227,32 @@ TEST_CASE("each layout, small: loads with no --preset and no --layer; the golden
   CHECK(!fs::exists(t.path("x.h5")));
 }
 
+TEST_CASE("loading shows progress: o_proj rows, then the experts as the model routes to them") {
+  REQUIRE_K4();
+  const Releases& R = releases();
+  REQUIRE(R.ok);
+  TempDir t;
+  const Run r = cli::run(t, golden_cmd(R.dir("mxfp4"), t.path("p.h5")) + " --progress");
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.err.find("load layer 3 o_proj [") != std::string::npos);
+  CHECK(r.err.find("2048/2048 rows") != std::string::npos);
+  // the experts' count: every (rank, expert) shard the step prepared, the last drawn when
+  // run_step ends (TP 2: at least the shared expert's two shards), then the golden's bar
+  const size_t e = r.err.rfind("load layer 3 experts: ");
+  REQUIRE(e != std::string::npos);
+  const unsigned long n = std::stoul(r.err.substr(e + std::strlen("load layer 3 experts: ")));
+  CHECK(n >= 2);
+  CHECK(r.err.find(" (rank, expert) shards", e) != std::string::npos);
+  CHECK(r.err.find("golden [", e) != std::string::npos);
+  CHECK(r.err.find("% ") != std::string::npos);
+  CHECK(r.err.find("103%") == std::string::npos);
+  // not a terminal and no --progress: no bar at all
+  const Run q = cli::run(t, golden_cmd(R.dir("mxfp4"), t.path("q.h5")));
+  REQUIRE(q.rc == 0);
+  CHECK(q.err.find('\r') == std::string::npos);
+}
+
 TEST_CASE("BF16 and MXFP4 forms of the same values: the same weights and bit-identical golden tensors") {
   REQUIRE_K4();
   const Releases& R = releases();

@@ -184,7 +184,9 @@ class ExpertProgress {
  public:
   ExpertProgress(std::string label, bool force) : bar_(std::move(label), force, "(rank, expert) shards") {}
   void built(uint64_t n) {
-    n_.store(n > n_.load() ? n : n_.load());  // the largest count seen (a racing smaller one loses)
+    uint64_t seen = n_.load();  // keep the largest count seen: threads report out of order
+    while (n > seen && !n_.compare_exchange_weak(seen, n)) {
+    }
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);  // a thread drawing already: skip this redraw
     if (lock.owns_lock() && open_) bar_.count(n);
   }

@@ -450,15 +450,24 @@ __device__ inline void w2_group(uint4 (&wv)[4], uint32_t (&sv)[4], const uint8_t
     sv[x] = *reinterpret_cast<const uint32_t*>(srow[x] + 4 * kc);
   }
 }
+// A down-units lane's shape and its w2 / s2 rows (w2_rows), shared by the plain and rotated tiles.
+struct DownLane {
+  int HID, IB, KC, SL, S, g, t;
+  const uint8_t* wrow[4];
+  const uint8_t* srow[4];
+  __device__ DownLane(const FastUnitsArgs& a, int r, int e, int row0)
+      : HID(a.cfg.hidden), IB(a.cfg.inter / 32), KC(a.cfg.inter / 128), SL(a.cfg.moe_slots), S(a.tokens),
+        g(int(threadIdx.x) % 32 / 4), t(int(threadIdx.x) % 4) {
+    w2_rows(wrow, srow, a, r, e, row0, g, t);
+  }
+};
 template <int NG>
 __device__ void down_units_tile(const FastUnitsArgs& a, int r, int e, int row0, const int* uses, int u0, int nu,
                                 const float* fb, const uint8_t* sbs) {
-  const DevCfg& cfg = a.cfg;
-  const int HID = cfg.hidden, I = cfg.inter, IB = I / 32, KC = I / 128, SL = cfg.moe_slots, S = a.tokens;
-  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
-  const uint8_t* wrow[4];
-  const uint8_t* srow[4];
-  w2_rows(wrow, srow, a, r, e, row0, g, t);
+  const DownLane L(a, r, e, row0);
+  const int HID = L.HID, IB = L.IB, KC = L.KC, SL = L.SL, S = L.S, g = L.g, t = L.t;
+  const uint8_t* const(&wrow)[4] = L.wrow;
+  const uint8_t* const(&srow)[4] = L.srow;
   const uint32_t* mb[NG];
   for (int grp = 0; grp < NG; ++grp) {
     const int u = grp * 8 + g;
@@ -495,12 +504,10 @@ K4_FAST_UNROLL
 // 64-byte group.
 __device__ void down_units_rot(const FastUnitsArgs& a, int r, int e, int row0, const int* uses, int u0, const float* fb,
                                const uint8_t* sbs) {
-  const DevCfg& cfg = a.cfg;
-  const int HID = cfg.hidden, I = cfg.inter, IB = I / 32, KC = I / 128, SL = cfg.moe_slots, S = a.tokens;
-  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
-  const uint8_t* wrow[4];
-  const uint8_t* srow[4];
-  w2_rows(wrow, srow, a, r, e, row0, g, t);
+  const DownLane L(a, r, e, row0);
+  const int HID = L.HID, IB = L.IB, KC = L.KC, SL = L.SL, S = L.S, g = L.g, t = L.t;
+  const uint8_t* const(&wrow)[4] = L.wrow;
+  const uint8_t* const(&srow)[4] = L.srow;
   const size_t use = size_t(r) * S * SL + uses[u0];
   const uint32_t* mr = a.mlimbs + (use * IB) * 24 + t * 2;
   for (int kc = 0; kc < KC; ++kc) {

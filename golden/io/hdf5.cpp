@@ -173,15 +173,17 @@ void Object::set_attr(const std::string& name, const std::string& value) const {
   Serial lock(serial_mutex());
   Where w{file(), path() + " attribute " + name};
   delete_attr_if_present(*this, name, w);
+  // Variable-length UTF-8, so that h5py (and pandas, HDFView) read a Python str, not bytes.
+  // attr_string reads this and the fixed-length NULLPAD form of older goldens.
   Handle t(check(H5Tcopy(H5T_C_S1), "H5Tcopy", w, "object"), H5Tclose);
-  check(H5Tset_size(t.id(), value.empty() ? 1 : value.size()), "H5Tset_size", w, "object");
-  check(H5Tset_strpad(t.id(), H5T_STR_NULLPAD), "H5Tset_strpad", w, "object");
+  check(H5Tset_size(t.id(), H5T_VARIABLE), "H5Tset_size", w, "object");
+  check(H5Tset_strpad(t.id(), H5T_STR_NULLTERM), "H5Tset_strpad", w, "object");
   check(H5Tset_cset(t.id(), H5T_CSET_UTF8), "H5Tset_cset", w, "object");
   Handle s = scalar_space(w);
   Handle a(check(H5Acreate2(id(), name.c_str(), t.id(), s.id(), H5P_DEFAULT, H5P_DEFAULT), "H5Acreate2", w, "object"),
            H5Aclose);
-  std::string buf = value.empty() ? std::string(1, '\0') : value;
-  check(H5Awrite(a.id(), t.id(), buf.data()), "H5Awrite", w, "object");
+  const char* p = value.c_str();
+  check(H5Awrite(a.id(), t.id(), &p), "H5Awrite", w, "object");
 }
 
 void Object::set_attr(const std::string& name, int64_t value) const {

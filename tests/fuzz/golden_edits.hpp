@@ -342,7 +342,11 @@ inline std::string get_string_attr(hid_t obj, const std::string& name) {
   if (a < 0) return "";
   hid_t t = H5Aget_type(a);
   std::string out;
-  if (H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) == 0) {
+  if (H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0) {  // the writer's form
+    char* p = nullptr;
+    if (H5Aread(a, t, &p) >= 0 && p) out = p;
+    if (p) H5free_memory(p);
+  } else if (H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) == 0) {  // fixed length
     out.assign(H5Tget_size(t), '\0');
     if (H5Aread(a, t, out.data()) < 0) out.clear();
     out.resize(std::strlen(out.c_str()));

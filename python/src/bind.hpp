@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,7 @@ struct FileStep {
   int tp = 0, tokens = 0;
   std::string kind;  // "golden" or "dump"
   int q_len = 1;     // /inputs' q_len attribute (1 where the file has none: a dump)
+  mutable std::set<std::string> probed;  // tensors read once in a forked child (open_file's guard)
   TensorData tensor(const std::string& path) const;
   std::vector<std::string> paths() const;
   std::string attr(const std::string& name) const;

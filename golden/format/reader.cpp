@@ -10,6 +10,7 @@
 #include "golden/format/kv_pages.hpp"
 #include "golden/format/schema.hpp"
 #include "golden/format/weights_file.hpp"
+#include "golden/inputs/expert_cache.hpp"
 
 namespace k4::golden {
 namespace {
@@ -258,30 +259,28 @@ class StoredExpertSource : public ExpertSource {
                                   std::to_string(rank) + " is not stored (a golden holds only the experts routed to)");
     const size_t i = sh8 ? 0 : size_t(it - ids.begin());
     const std::string pre = sh8 ? "sh_" : "";
-    std::lock_guard<std::recursive_mutex> lock(h5_mutex());
-    auto c = cache_.find({rank, e});
-    if (c != cache_.end()) return c->second;
-    auto ew = std::make_shared<ExpertWeights>();
-    const std::string g = "/rank" + std::to_string(rank) + "/moe/inputs/";
-    auto read = [&](const char* name, std::vector<uint8_t>& v) {
-      h5::Dataset d = p_->root.open_dataset(g + name);
-      const std::vector<uint64_t> sh = d.shape();
-      v.resize(sh[1] * sh[2]);
-      d.read_rows(i, 1, v.data(), h5::Elem::U8);
-    };
-    read((pre + "w13").c_str(), ew->w13);
-    read((pre + "s13").c_str(), ew->s13);
-    read((pre + "w2").c_str(), ew->w2);
-    read((pre + "s2").c_str(), ew->s2);
-    if (cache_.size() >= 32) cache_.erase(cache_.begin());
-    cache_[{rank, e}] = ew;
-    return ew;
+    return cache_.get(rank, e, [&] {
+      std::lock_guard<std::recursive_mutex> lock(h5_mutex());
+      auto ew = std::make_shared<ExpertWeights>();
+      const std::string g = "/rank" + std::to_string(rank) + "/moe/inputs/";
+      auto read = [&](const char* name, std::vector<uint8_t>& v) {
+        h5::Dataset d = p_->root.open_dataset(g + name);
+        const std::vector<uint64_t> sh = d.shape();
+        v.resize(sh[1] * sh[2]);
+        d.read_rows(i, 1, v.data(), h5::Elem::U8);
+      };
+      read((pre + "w13").c_str(), ew->w13);
+      read((pre + "s13").c_str(), ew->s13);
+      read((pre + "w2").c_str(), ew->w2);
+      read((pre + "s2").c_str(), ew->s2);
+      return ew;
+    });
   }
 
  private:
   std::shared_ptr<const GoldenReader::Impl> p_;
   std::vector<std::vector<int32_t>> ids_;
-  mutable std::map<std::pair<int, int>, std::shared_ptr<const ExpertWeights>> cache_;
+  ExpertCache cache_{32};
 };
 
 }  // namespace

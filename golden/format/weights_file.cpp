@@ -14,6 +14,7 @@
 #include "golden/io/atomic_file.hpp"
 #include "golden/io/file_check.hpp"
 #include "golden/io/hdf5.hpp"
+#include "golden/inputs/expert_cache.hpp"
 
 namespace k4::golden {
 
@@ -295,9 +296,12 @@ class FileExpertSource : public ExpertSource {
       throw std::invalid_argument("weights file " + p_->path + ": expert(" + std::to_string(rank) + ", " + std::to_string(e) +
                                   ") is outside rank 0.." + std::to_string(c_.tp - 1) + ", expert 0.." +
                                   std::to_string(c_.n_routed));
+    return cache_.get(rank, e, [&] { return read_expert(rank, e); });
+  }
+
+ private:
+  std::shared_ptr<const ExpertWeights> read_expert(int rank, int e) const {
     std::lock_guard<std::recursive_mutex> lock(wf_mutex());
-    auto it = cache_.find({rank, e});
-    if (it != cache_.end()) return it->second;
     auto ew = std::make_shared<ExpertWeights>();
     // moe.shared_fp8: the shared expert is row 0 of sh_w13 .. sh_s2
     const bool sh8 = c_.variant.shared_fp8 && e == c_.shared_expert();
@@ -316,15 +320,12 @@ class FileExpertSource : public ExpertSource {
     } catch (const h5::Error& x) {
       throw FormatError("weights file " + p_->path + ": " + x.what());
     }
-    if (cache_.size() >= 32) cache_.erase(cache_.begin());
-    cache_[{rank, e}] = ew;
     return ew;
   }
 
- private:
   std::shared_ptr<const WeightsFile::Impl> p_;
   Config c_;
-  mutable std::map<std::pair<int, int>, std::shared_ptr<const ExpertWeights>> cache_;
+  ExpertCache cache_{32};
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "golden/inputs/expert_cache.hpp"
 #include "golden/inputs/hf_config.hpp"
 #include "golden/inputs/hf_names.hpp"
 #include "golden/inputs/weight_prep.hpp"
@@ -270,19 +271,11 @@ class CheckpointExpertSource : public ExpertSource {
       : ck_(std::move(ck)), cfg_(cfg), plans_(std::move(plans)), mx_(mx), built_(std::move(built)) {}
 
   std::shared_ptr<const ExpertWeights> expert(int rank, int e) const override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& kv : cache_)
-        if (kv.first == std::make_pair(rank, e)) return kv.second;
-    }
-    std::shared_ptr<const ExpertWeights> ew = build(rank, e);  // outside the lock: ranks build in parallel
-    if (built_) built_(++n_built_);
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& kv : cache_)
-      if (kv.first == std::make_pair(rank, e)) return kv.second;
-    if (cache_.size() >= 16) cache_.erase(cache_.begin());
-    cache_.push_back({{rank, e}, ew});
-    return ew;
+    return cache_.get(rank, e, [&] {
+      std::shared_ptr<const ExpertWeights> ew = build(rank, e);
+      if (built_) built_(++n_built_);
+      return ew;
+    });
   }
 
  private:
@@ -313,8 +306,7 @@ class CheckpointExpertSource : public ExpertSource {
   prep::MxScale mx_;
   std::function<void(uint64_t)> built_;
   mutable std::atomic<uint64_t> n_built_{0};
-  mutable std::mutex mu_;
-  mutable std::vector<std::pair<std::pair<int, int>, std::shared_ptr<const ExpertWeights>>> cache_;
+  ExpertCache cache_{16};
 };
 
 // o_proj -> every rank's (w_o, s_o).

@@ -176,18 +176,7 @@ std::shared_ptr<ExpertWeights> SyntheticExpertSource::build(int rank, int e) con
 }
 
 std::shared_ptr<const ExpertWeights> SyntheticExpertSource::expert(int rank, int e) const {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& kv : cache_)
-      if (kv.first == std::make_pair(rank, e)) return kv.second;
-  }
-  std::shared_ptr<const ExpertWeights> ew = build(rank, e);
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& kv : cache_)
-    if (kv.first == std::make_pair(rank, e)) return kv.second;
-  if (cache_.size() >= 16) cache_.erase(cache_.begin());
-  cache_.push_back({{rank, e}, ew});
-  return ew;
+  return cache_.get(rank, e, [&] { return build(rank, e); });
 }
 
 // ---- the layer -------------------------------------------------------------------------

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "golden/inputs/expert_cache.hpp"
 #include "reference/config.hpp"
 #include "reference/weights.hpp"
 
@@ -60,8 +61,7 @@ class SyntheticExpertSource : public ExpertSource {
   Config cfg_;
   uint64_t seed_;
   int layer_;
-  mutable std::mutex mu_;
-  mutable std::vector<std::pair<std::pair<int, int>, std::shared_ptr<const ExpertWeights>>> cache_;
+  ExpertCache cache_{16};
 };
 
 LayerWeights synthetic_layer(const Config& cfg, uint64_t seed, int layer = 0);

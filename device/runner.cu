@@ -159,6 +159,10 @@ struct Runner::Impl {
   DeviceBuffer<uint8_t> xnan, mnan;
   DeviceBuffer<float> units;
   DeviceBuffer<int> missing;
+  // the fast o_proj (oproj_fast.cu): attn8's B-fragment limbs and NaN flags
+  bool fast_o = false;
+  DeviceBuffer<uint32_t> olimbs;
+  DeviceBuffer<uint8_t> onan;
 
   explicit Impl(const LayerWeights& w) : cfg(w.cfg), dc(dev_cfg(w.cfg)), W(w.cfg.tp), src(w.experts) {
     cfg.validate();
@@ -237,6 +241,8 @@ struct Runner::Impl {
       path = env != nullptr && env[0] == '1' ? 1 : 0;
     }
     fast = path == 1 && fast_moe_supported(dc, S);
+    fast_o = path == 1 && fast_oproj_supported(dc, S);
+    if (fast_o) olimbs.resize(WS * OK / 32 * 24), onan.resize(WS * OK / 32);
     if (fast) {
       xlimbs.resize(WS * H / 32 * 24), xnan.resize(WS * H / 32);
       mlimbs.resize(WS * SL * I / 32 * 24), mnan.resize(WS * SL * I / 32);
@@ -260,8 +266,13 @@ struct Runner::Impl {
     launch_merge_partitions(MergeArgs{attn.get(), attn8.get(), x_scale.get(), o.get(), m.get(), l.get(), S, W, dc}, st);
   }
   void stage_oproj() {
-    launch_o_proj_partials(
-        OprojArgs{partial.get(), recv_attn.get(), attn8.get(), x_scale.get(), w_o.get(), s_o.get(), S, W, ag, dc}, st);
+    const OprojArgs o{partial.get(), recv_attn.get(), attn8.get(), x_scale.get(), w_o.get(), s_o.get(), S, W, ag, dc};
+    if (fast_o) {  // oproj_fast.cu: attn8's B-fragment limbs, then the tensor-core GEMV
+      launch_e4m3_limbs(LimbsArgs{olimbs.get(), onan.get(), attn8.get(), W * S, dc.o_k}, st);
+      launch_fast_o_proj(FastOprojArgs{o, olimbs.get(), onan.get()}, st);
+    } else {
+      launch_o_proj_partials(o, st);
+    }
   }
   void stage_attn_ar() {
     launch_all_reduce_rows(AllReduceArgs{a.get(), h_mid.get(), recv_attn.get(), h_in.get(), S, cfg.hidden, W,

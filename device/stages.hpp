@@ -71,6 +71,15 @@ struct OprojArgs {
   DevCfg cfg;
 };
 void launch_o_proj_partials(const OprojArgs& a, hipStream_t s);
+// The same partial rows from device/exact_mma.hpp's mma.sync block dots (oproj_fast.cu): attn8
+// as launch_e4m3_limbs' B fragments and NaN flags, the weights decoded to limbs as they stream.
+struct FastOprojArgs {
+  OprojArgs o;
+  const uint32_t* xlimbs;      // (W, S, O_K / 32, 3, 4, 2) launch_e4m3_limbs of attn8
+  const uint8_t* xnan;         // (W, S, O_K / 32)
+};
+void launch_fast_o_proj(const FastOprojArgs& a, hipStream_t s);
+bool fast_oproj_supported(const DevCfg& cfg, int tokens);
 
 // ------------------------------------------------------------------ all-reduces: allreduce.cu
 struct AllReduceArgs {

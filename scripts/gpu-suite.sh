@@ -11,7 +11,8 @@
 #                                  compiled in, chosen at run time)
 #   scripts/gpu-suite.sh run       ON THE GPU MACHINE, from the repository root:
 #                                  everything below, logs and a summary under $OUT (or out/);
-#                                  K4_FAST=1: stage 5 on the tensor-core kernels (moe_fast.cu)
+#                                  K4_FAST=1: o_proj and stage 5 on the tensor-core kernels
+#                                  (oproj_fast.cu, moe_fast.cu)
 #   scripts/gpu-suite.sh mutants   ON THE GPU MACHINE: the kill table (k4_gpu_tests_mutants
 #                                  -ts=gpu_mutants): $OUT/mutants-gpu.md, mutants.log, summary.txt
 #   scripts/gpu-suite.sh emulate [doctest args]
@@ -63,9 +64,10 @@ build() {
     "${cxx[@]}" -c "$f" -o "$o" & pids+=($!)
     common+=("$o")
   done
-  local devfiles=(index split merge oproj router moe moe_fast allreduce runner)
+  local devfiles=()  # device/*.cu, as CMake's k4_device_lib globs them
+  for f in device/*.cu; do devfiles+=("$(basename "$f" .cu)"); done
   for f in "${devfiles[@]}"; do "${cu[@]}" -c "device/$f.cu" -o "$obj/$f.o" & pids+=($!); done
-  local stage_file=(index split merge oproj router moe)
+  local stage_file=(index split merge "oproj oproj_fast" router moe)  # the files of each stage's plant
   # the runner reads the golden schema's table (golden/format): k4_golden as build-device.sh built
   # it, with the static HDF5 that CMake found (K4_STATIC_LIB_* in build-cuda's cache)
   local hdf5=()
@@ -75,15 +77,16 @@ build() {
   local libs=(build-cuda/libk4_golden.a "${hdf5[@]}" -L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt
               -static-libstdc++ -static-libgcc "$(g++ -print-file-name=libgomp.a)")
   for n in 0 1 2 3 4 5; do
-    local sf=${stage_file[$n]}
-    "${cu[@]}" -DK4_PLANT_STAGE=$n -c "device/$sf.cu" -o "$obj/$sf.plant$n.o" & pids+=($!)
+    for sf in ${stage_file[$n]}; do
+      "${cu[@]}" -DK4_PLANT_STAGE=$n -c "device/$sf.cu" -o "$obj/$sf.plant$n.o" & pids+=($!)
+    done
     "${cu[@]}" -DK4_PLANT_STAGE=$n -c device/runner.cu -o "$obj/runner.plant$n.o" & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || { echo "gpu-suite.sh build: a compile failed" >&2; exit 1; }; done
   for n in 0 1 2 3 4 5; do
-    local sf=${stage_file[$n]} objs=()
+    local objs=()
     for f in "${devfiles[@]}"; do
-      if [[ $f == "$sf" || $f == runner ]]; then objs+=("$obj/$f.plant$n.o"); else objs+=("$obj/$f.o"); fi
+      if [[ " ${stage_file[$n]} " == *" $f "* || $f == runner ]]; then objs+=("$obj/$f.plant$n.o"); else objs+=("$obj/$f.o"); fi
     done
     g++ -fopenmp -o "$suite/plant/k4_gpu_tests_plant$n" "${common[@]}" "${objs[@]}" "${libs[@]}"
     strip "$suite/plant/k4_gpu_tests_plant$n"
@@ -121,7 +124,7 @@ run() {
   } >>"$log" 2>&1
 
   cat "$suite/BUILD_INFO" >>"$sum" 2>/dev/null
-  note "stage 5 path: ${K4_FAST:+K4_FAST=$K4_FAST }$([[ ${K4_FAST:-0} == 1 ]] && echo "the integer tensor-core kernels (moe_fast.cu)" || echo "the reference kernels (moe.cu)")"
+  note "o_proj and stage 5 path: ${K4_FAST:+K4_FAST=$K4_FAST }$([[ ${K4_FAST:-0} == 1 ]] && echo "the integer tensor-core kernels (oproj_fast.cu, moe_fast.cu)" || echo "the reference kernels (oproj.cu, moe.cu)")"
 
   # 0. one step through every stage first: if even that fails, run memcheck on it and stop
   # (a broken build costs a minute of device time, not eight)

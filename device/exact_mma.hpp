@@ -38,6 +38,14 @@
 #include <hip/hip_runtime.h>
 #endif
 
+// Unrolled on NVIDIA (the register arrays of the fragments stay registers); hipcc for gfx90a
+// cannot unroll every such loop and -Werror turns its warning into an error, so it leaves them.
+#if defined(__CUDA_ARCH__)
+#define K4_FAST_UNROLL _Pragma("unroll")
+#else
+#define K4_FAST_UNROLL
+#endif
+
 namespace k4::xmma {
 
 constexpr int kLanes = 32;  // the tile is a 32-lane operation on every backend

@@ -55,13 +55,6 @@ namespace {
 
 using namespace k4::xmma;
 
-// Unrolled on NVIDIA (the register arrays stay registers); hipcc for gfx90a cannot unroll
-// every one of these loops and -Werror turns its warning into an error, so it leaves them.
-#if defined(__CUDA_ARCH__)
-#define K4_FAST_UNROLL _Pragma("unroll")
-#else
-#define K4_FAST_UNROLL
-#endif
 
 constexpr int kUses = 16;        // (token, slot) uses a pass: 2 column groups of 8
 constexpr int kMaxUseList = 16 * 8 + 1;

@@ -86,7 +86,7 @@ __device__ inline void block_step(Lane<NT>& L, const uint2& lo, const uint2& hi,
   rn |= k4_shfl_xor(rn, 1, 32);  // the quad holds the row's 32 codes
   rn |= k4_shfl_xor(rn, 2, 32);
   const uint32_t xm = xmask[b];
-#pragma unroll
+K4_FAST_UNROLL
   for (int n = 0; n < NT; ++n) {
     FragB B[3];
     for (int m = 0; m < 3; ++m) {
@@ -98,11 +98,11 @@ __device__ inline void block_step(Lane<NT>& L, const uint2& lo, const uint2& hi,
       }
     }
     FragC E[5] = {};
-#pragma unroll
+K4_FAST_UNROLL
     for (int i = 0; i < 3; ++i)
-#pragma unroll
+K4_FAST_UNROLL
       for (int j = 0; j < 3; ++j) mma_s8(E[i + j], A[i], B[j]);
-#pragma unroll
+K4_FAST_UNROLL
     for (int i = 0; i < 4; ++i) {
       const int k = 8 * n + 2 * L.t + i % 2;
       const int64_t lo32 = int64_t(E[0].r[i] + 128 * E[1].r[i]);
@@ -146,11 +146,11 @@ __global__ void __launch_bounds__(kWarps * 32) fast_o_proj_kernel(FastOprojArgs 
   const uint8_t* w_hi = w_lo + size_t(8) * OK;                                                     // row g + 8
   // blocks kAhead ahead in flight: ring slot j holds block b0 + j of the current group
   uint2 ring[kAhead][2];
-#pragma unroll
+K4_FAST_UNROLL
   for (int j = 0; j < kAhead; ++j)
     if (j < QB) ring[j][0] = load_w(w_lo + 32 * j), ring[j][1] = load_w(w_hi + 32 * j);
   for (int b0 = 0; b0 < QB; b0 += kAhead) {
-#pragma unroll
+K4_FAST_UNROLL
     for (int j = 0; j < kAhead; ++j) {
       const int b = b0 + j;
       if (b < QB) {

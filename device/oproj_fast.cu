@@ -50,25 +50,6 @@ __device__ inline uint2 load_w(const uint8_t* p) {
   return *reinterpret_cast<const uint2*>(p);
 #endif
 }
-// Any of 4 E4M3 codes a NaN (0x7F / 0xFF): the low 7 bits + 1 reach bit 7 only from 0x7F.
-__device__ inline bool any_nan4(uint32_t w) { return (((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) != 0; }
-
-// 4 codes -> their 3 limb words (limb m of code j in byte j of word m), from dec (code ->
-// limbs d0, d1, d2 in bytes 0, 1, 2).
-__device__ inline void limbs4(uint32_t (&L)[3], uint32_t w, const uint32_t* dec) {
-  const uint32_t l0 = dec[w & 0xFF], l1 = dec[(w >> 8) & 0xFF], l2 = dec[(w >> 16) & 0xFF], l3 = dec[w >> 24];
-  const uint32_t a01 = __byte_perm(l0, l1, 0x5140), a23 = __byte_perm(l2, l3, 0x5140);  // d0, d0, d1, d1
-  const uint32_t b01 = __byte_perm(l0, l1, 0x0062), b23 = __byte_perm(l2, l3, 0x0062);  // d2, d2
-  L[0] = __byte_perm(a01, a23, 0x5410), L[1] = __byte_perm(a01, a23, 0x7632), L[2] = __byte_perm(b01, b23, 0x5410);
-}
-// A fragments of the 3 limbs: reg 0 / 1 = rows g / g + 8, codes 8t .. 8t + 3; reg 2 / 3 the next 4.
-__device__ inline void a_limbs(FragA (&A)[3], const uint2& lo, const uint2& hi, const uint32_t* dec) {
-  uint32_t L[4][3];
-  limbs4(L[0], lo.x, dec), limbs4(L[1], hi.x, dec), limbs4(L[2], lo.y, dec), limbs4(L[3], hi.y, dec);
-  for (int m = 0; m < 3; ++m)
-    for (int i = 0; i < 4; ++i) A[m].r[i] = L[i][m];
-}
-
 template <int NT>
 struct Lane {
   int g, t, S, NB;
@@ -98,15 +79,11 @@ K4_FAST_UNROLL
       }
     }
     FragC E[5] = {};
-K4_FAST_UNROLL
-    for (int i = 0; i < 3; ++i)
-K4_FAST_UNROLL
-      for (int j = 0; j < 3; ++j) mma_s8(E[i + j], A[i], B[j]);
+    mma_f8f8(E, A, B);
 K4_FAST_UNROLL
     for (int i = 0; i < 4; ++i) {
       const int k = 8 * n + 2 * L.t + i % 2;
-      const int64_t lo32 = int64_t(E[0].r[i] + 128 * E[1].r[i]);
-      const int64_t S = lo32 + (int64_t(E[2].r[i]) << 14) + (int64_t(E[3].r[i] + 128 * E[4].r[i]) << 21);
+      const int64_t S = sum_f8f8(E, i);
       const bool nan = ((rn >> (i / 2)) & 1) != 0 || ((xm >> k) & 1u) != 0;
       L.c[n][i] = L.c[n][i] + finish_block64(S, 18, 127, 127, nan);
     }
@@ -124,8 +101,7 @@ __global__ void __launch_bounds__(kWarps * 32) fast_o_proj_kernel(FastOprojArgs 
   float* part = reinterpret_cast<float*>(dec + 256);                    // (4 quarters, 32 rows, 16 tokens)
   uint16_t* xmask = reinterpret_cast<uint16_t*>(part + kQuarters * kRows * kMaxTokens);  // NB: NaN tokens
   for (int i = int(threadIdx.x); i < 256; i += int(blockDim.x)) {
-    const Limbs l = e4m3_limbs(uint8_t(i));
-    dec[i] = pack4(l.d[0], l.d[1], l.d[2], 0);
+    dec[i] = limbs_entry(uint8_t(i));
   }
   for (int b = int(threadIdx.x); b < NB; b += int(blockDim.x)) {
     uint32_t m = 0;

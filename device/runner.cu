@@ -161,6 +161,7 @@ struct Runner::Impl {
   DeviceBuffer<int> missing;
   // the fast o_proj (oproj_fast.cu): attn8's B-fragment limbs and NaN flags
   bool fast_o = false;
+  bool fast_s = false;  // split's QK and PV on the tensor cores (split.cu's kMma body)
   DeviceBuffer<uint32_t> olimbs;
   DeviceBuffer<uint8_t> onan;
 
@@ -242,6 +243,7 @@ struct Runner::Impl {
     }
     fast = path == 1 && fast_moe_supported(dc, S);
     fast_o = path == 1 && fast_oproj_supported(dc, S);
+    fast_s = path == 1 && fast_split_supported(dc, S);
     if (fast_o) olimbs.resize(WS * OK / 32 * 24), onan.resize(WS * OK / 32);
     if (fast) {
       xlimbs.resize(WS * H / 32 * 24), xnan.resize(WS * H / 32);
@@ -260,7 +262,7 @@ struct Runner::Impl {
   void stage_split() {
     launch_split_attention(SplitArgs{q8.get(), o.get(), m.get(), l.get(), table.get(), q.get(), k_cache.get(),
                                      v_cache.get(), k_scale.get(), v_scale.get(), cache_slice, scale_slice, S, W, dc},
-                           st);
+                           st, fast_s);
   }
   void stage_merge() {
     launch_merge_partitions(MergeArgs{attn.get(), attn8.get(), x_scale.get(), o.get(), m.get(), l.get(), S, W, dc}, st);

@@ -23,6 +23,9 @@
 // PV + output (a thread a dim and 4 heads: its V column decoded once for the 4). K and V
 // are read straight from the pages as 16-byte loads (consecutive keys / dims: consecutive
 // 16 bytes); keys past n_ctx are not read at all.
+#include <stdexcept>
+
+#include "device/exact_mma.hpp"
 #include "device/mutants.hpp"
 #include "device/stages.hpp"
 #include "reference/numerics/bf16.hpp"
@@ -92,17 +95,58 @@ K4_BODY Smem carve(C& cv) {
 
 constexpr int kStatic448 = int(KvScale::static448), kAtomVllm = int(KvScale::atom_vllm);
 
+// The tensor-core body's shared memory, after the CUDA-core body's (carve): the limb table
+// and the A fragments of q8 (4 blocks) and of P8 (8 waves), 3 limbs each.
+struct MmaSmem {
+  uint32_t* dec;  // (256) code -> limbs (xmma::limbs_entry)
+  uint32_t* qa;   // (4 blocks, 3 limbs, 32 lanes, 4 registers)
+  uint32_t* pa;   // (8 waves, 3 limbs, 32 lanes, 4 registers)
+};
+template <class C>
+K4_BODY MmaSmem carve_mma(C& cv) {
+  MmaSmem x;
+  x.dec = cv.template take<uint32_t>(256);
+  x.qa = cv.template take<uint32_t>(kChunks * 3 * 32 * 4);
+  x.pa = cv.template take<uint32_t>(kWaves * 3 * 32 * 4);
+  return x;
+}
+constexpr int kThreads = 512;
+
+// kMma: QK and PV on the integer tensor cores (the fast path, GPU only); otherwise on the CUDA
+// cores, a thread a key / a dim. Every other phase is the same code.
+template <bool kMma>
 struct SplitBody {
   SplitArgs a;
+
+  // Head hh, dim d's PV chain acc -> the output o (and m, l at d = 0), or ATOM's running o (V4.3).
+  K4_BODY void emit_o(const Smem& m, int hh, int d, float acc, float pscale, size_t ts, int r, const float* vsc) const {
+    const DevCfg& cfg = a.cfg;
+    const int NS = cfg.n_split, S = a.tokens, OK = cfg.o_k;
+    if (cfg.kv_scale == kAtomVllm) {  // V4.3: o_run = (o_run * factor) + (vs * acc)
+      const float factor = exp2_approx((m.m_run[hh] - m.mx[hh]) * kLog2e);
+      m.o_run[hh * kHeadDim + d] = (m.o_run[hh * kHeadDim + d] * factor) + (vsc[0] * acc);
+      return;
+    }
+    float lsum = m.ls[hh];
+    for (int w = 1; w < kWaves; ++w) lsum = lsum + m.ls[(K4_MUTANT_ON(19) ? kWaves - w : w) * kHeads + hh];
+    const float inv_l = 1.0f / (lsum > 0.0f || K4_MUTANT_ON(20) ? lsum : 1.0f);
+    uint16_t ob = bf16_bits_rne((pscale * acc) * inv_l);
+    if (kPlantStage == 1 && r == 0 && ts == 0 && hh == 0 && d == 0) ob ^= 1;
+    a.o[(size_t(r) * S * NS + ts) * OK + hh * kHeadDim + d] = ob;
+    if (d == 0) {
+      a.m[(size_t(r) * S * NS + ts) * kHeads + hh] = canon_nan(m.mx[hh]);
+      a.l[(size_t(r) * S * NS + ts) * kHeads + hh] = canon_nan(lsum);
+    }
+  }
 
   // One 256-key tile tau of the sparse context with the keys [lo, hi) valid: scores, maxima,
   // P and exp-sums, then PV. The seed's partition t is tile t with [0, n_ctx) (mode per_key,
   // scalar, static448: the output is written here); ATOM's split ranges (V4.3) fold each tile
   // into the running m / l / o instead.
   template <class Ctx>
-  K4_BODY void tile(Ctx& c, const Smem& m, int tau, int lo, int hi) const {
+  K4_BODY void tile(Ctx& c, const Smem& m, const MmaSmem& x, int tau, int lo, int hi) const {
     const DevCfg& cfg = a.cfg;
-    const int NS = cfg.n_split, tok = c.bx / NS, t = c.bx % NS, r = c.by, S = a.tokens, OK = cfg.o_k;
+    const int NS = cfg.n_split, tok = c.bx / NS, t = c.bx % NS, r = c.by, S = a.tokens;
     const int mode = cfg.kv_scale;
     const int32_t* table = a.sparse_table + (size_t(r) * S + tok) * cfg.table_words;
     const uint8_t* kc = a.k_cache + size_t(r) * a.cache_slice;
@@ -118,7 +162,10 @@ struct SplitBody {
     c.each(kSplitKeys / kPage, [&](int i) { m.pages[i] = table[tau * (kSplitKeys / kPage) + i]; });
     c.each(kSplitKeys, [&](int kp) { m.vs[kp] = valid(kp) || K4_MUTANT_ON(17) ? vscale(kp) : 0.0f; });
 
-    // QK, sc (seed:L750-L765): thread (key kp, heads 8 hg .. + 8)
+    // QK, sc (seed:L750-L765): thread (key kp, heads 8 hg .. + 8), or the tensor cores
+    if constexpr (kMma) {
+      this->qk_mma(c, m, x, kc, valid, kscale);
+    } else {
     c.each(2 * kSplitKeys, [&](int i) {
       const int kp = i % kSplitKeys, hg = i / kSplitKeys;
       const bool ok = valid(kp);
@@ -143,6 +190,7 @@ struct SplitBody {
       const float qk = ok ? cfg.sm_scale * kscale(kp) : 0.0f;
       for (int h = 0; h < 8; ++h) m.sc[(hg * 8 + h) * kSplitKeys + kp] = ok || K4_MUTANT_ON(15) ? qk * acc[h] : kNegScore;
     });
+    }
 
     // maxima, vloc (seed:L767-L792): head max per wave (16-lane tree) and v_scale max per wave
     // (64-lane tree), then the waves in order
@@ -202,10 +250,15 @@ struct SplitBody {
       for (int j = 0; j < kWaveKeys; ++j) nan |= e4m3_is_nan(m.p8[h * kSplitKeys + w * kWaveKeys + j]);
       m.pnan[h * kWaves + w] = nan ? 1 : 0;
     });
+    if constexpr (kMma) this->a_fragments(c, x.pa, m.p8, kSplitKeys, kWaves, x.dec);
 
     // PV, pw (seed:L824-L852), and the output, lsum (seed:L857-L877): thread (dim d, heads 4 hg .. + 4)
     const float pscale = m.misc[2];
     const size_t ts = size_t(tok) * NS + t;
+    auto emit = [&](int hh, int d, float acc) { emit_o(m, hh, d, acc, pscale, ts, r, vsc); };
+    if constexpr (kMma) {
+      this->pv_mma(c, m, x, vc, key0, lo, hi, valid, emit);
+    } else {
     c.each(kHeadDim * 4, [&](int i) {
       const int d = i % kHeadDim, hg = i / kHeadDim;
       float acc[4];
@@ -227,25 +280,9 @@ struct SplitBody {
           acc[h] = w == 0 ? part : acc[h] + part;
         }
       }
-      for (int h = 0; h < 4; ++h) {
-        const int hh = hg * 4 + h;
-        if (mode == kAtomVllm) {  // V4.3: o_run = (o_run * factor) + (vs * acc)
-          const float factor = exp2_approx((m.m_run[hh] - m.mx[hh]) * kLog2e);
-          m.o_run[hh * kHeadDim + d] = (m.o_run[hh * kHeadDim + d] * factor) + (vsc[0] * acc[h]);
-          continue;
-        }
-        float lsum = m.ls[hh];
-        for (int w = 1; w < kWaves; ++w) lsum = lsum + m.ls[(K4_MUTANT_ON(19) ? kWaves - w : w) * kHeads + hh];
-        const float inv_l = 1.0f / (lsum > 0.0f || K4_MUTANT_ON(20) ? lsum : 1.0f);
-        uint16_t ob = bf16_bits_rne((pscale * acc[h]) * inv_l);
-        if (kPlantStage == 1 && r == 0 && ts == 0 && hh == 0 && d == 0) ob ^= 1;
-        a.o[(size_t(r) * S * NS + ts) * OK + hh * kHeadDim + d] = ob;
-        if (d == 0) {
-          a.m[(size_t(r) * S * NS + ts) * kHeads + hh] = canon_nan(m.mx[hh]);
-          a.l[(size_t(r) * S * NS + ts) * kHeads + hh] = canon_nan(lsum);
-        }
-      }
+      for (int h = 0; h < 4; ++h) emit(hg * 4 + h, d, acc[h]);
     });
+    }
     if (mode != kAtomVllm) return;
     // V4.3: l_run = (factor * l_run) + lsum, m_run = max(M, m_run), after every o_run used them
     c.each(kHeads, [&](int h) {
@@ -257,12 +294,130 @@ struct SplitBody {
     });
   }
 
+#if !defined(K4_HOST_EMULATION)
+  // ---- the tensor-core phases (kMma): the exact block sums of device/exact_mma.hpp, the same
+  // block values (finish_block64(S, 18): block_dot_ints' NaN and rounding) in the same chains.
+  __device__ static uint32_t limbs_of(int code) { return xmma::limbs_entry(uint8_t(code)); }
+
+  // The A fragments (16 heads x 32, 3 limbs) of every block of a row-major (16, n) E4M3 matrix
+  // in shared memory (q8: 4 dim blocks; P8: 8 waves of 32 keys), for every lane.
+  template <class Ctx>
+  __device__ void a_fragments(Ctx& c, uint32_t* frag, const uint8_t* rows, int n, int blocks, const uint32_t* dec) const {
+    c.each(blocks * 32, [&](int i) {
+      const int b = i / 32, lane = i % 32, g = lane / 4, t = lane % 4;
+      const uint2 lo = *reinterpret_cast<const uint2*>(rows + g * n + 32 * b + 8 * t);
+      const uint2 hi = *reinterpret_cast<const uint2*>(rows + (g + 8) * n + 32 * b + 8 * t);
+      xmma::FragA A[3];
+      xmma::a_limbs(A, lo, hi, dec);
+      for (int l = 0; l < 3; ++l)
+        reinterpret_cast<uint4*>(frag)[(b * 3 + l) * 32 + lane] = make_uint4(A[l].r[0], A[l].r[1], A[l].r[2], A[l].r[3]);
+    });
+  }
+  __device__ static void load_a(xmma::FragA (&A)[3], const uint32_t* frag, int b, int lane) {
+    for (int l = 0; l < 3; ++l) {
+      const uint4 v = reinterpret_cast<const uint4*>(frag)[(b * 3 + l) * 32 + lane];
+      A[l].r[0] = v.x, A[l].r[1] = v.y, A[l].r[2] = v.z, A[l].r[3] = v.w;
+    }
+  }
+  // The NaN flag of C column 2t + j (j = 0, 1) from each lane's flag of its B column g: the
+  // quad's OR is column g's, held by lanes 4 g ...
+  __device__ static void column_nan(int (&col)[2], bool mine, int t) {
+    int f = mine ? 1 : 0;
+    f |= k4_shfl_xor(f, 1, 32);
+    f |= k4_shfl_xor(f, 2, 32);
+    col[0] = xmma::lane_shfl(uint32_t(f), 4 * (2 * t)) != 0;
+    col[1] = xmma::lane_shfl(uint32_t(f), 4 * (2 * t + 1)) != 0;
+  }
+
+  // QK: warp w takes the n8 key tiles w, w + 16 (B column g = key 8 tile + g: its K dims 32 s +
+  // 8t .. of the page row; C reg i = head g + 8 (i / 2), key 8 tile + 2t + i % 2); per block s
+  // in order: 9 MMAs, the block value (NaN: the key's K block or the head's q block), acc =
+  // acc + value; then sc as the CUDA-core path writes it.
+  template <class Ctx, class Valid, class Kscale>
+  __device__ void qk_mma(Ctx& c, const Smem& m, const MmaSmem& x, const uint8_t* kc, Valid valid, Kscale kscale) const {
+    const DevCfg& cfg = a.cfg;
+    c.each(kThreads, [&](int i) {
+      const int warp = i / 32, lane = i % 32, g = lane / 4, t = lane % 4;
+      for (int tile = warp; tile < kSplitKeys / 8; tile += kThreads / 32) {
+        const int kb = 8 * tile + g;
+        const bool okb = valid(kb);
+        const uint8_t* row = kc + size_t(m.pages[kb / kPage]) * kPageBytes + (kb % kPage) * 16 + (t % 2) * 8;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int s = 0; s < kChunks; ++s) {  // dims 32 s + 8t .. + 8 = bytes (2 s + t / 2) * 256 + (t % 2) * 8
+          const uint2 kv = okb ? *reinterpret_cast<const uint2*>(row + size_t(2 * s + t / 2) * 256) : make_uint2(0u, 0u);
+          xmma::FragB B[3];
+          xmma::b_limbs(B, kv, x.dec);
+          xmma::FragA A[3];
+          load_a(A, x.qa, s, lane);
+          xmma::FragC E[5] = {};
+          xmma::mma_f8f8(E, A, B);
+          int kn[2];
+          column_nan(kn, xmma::any_nan4(kv.x) || xmma::any_nan4(kv.y), t);
+          for (int r = 0; r < 4; ++r) {
+            const bool nan = kn[r % 2] != 0 || m.qnan[(g + 8 * (r / 2)) * kChunks + s] != 0;
+            acc[r] = acc[r] + xmma::finish_block64(xmma::sum_f8f8(E, r), 18, 127, 127, nan);
+          }
+        }
+        for (int r = 0; r < 4; ++r) {
+          const int kp = 8 * tile + 2 * t + r % 2, h = g + 8 * (r / 2);
+          const bool ok = valid(kp);
+          const float qk = ok ? cfg.sm_scale * kscale(kp) : 0.0f;
+          m.sc[h * kSplitKeys + kp] = ok ? qk * acc[r] : kNegScore;
+        }
+      }
+    });
+  }
+
+  // PV: warp w takes the n8 dim tile w (B column g = dim 8 w + g: its V bytes of keys 32 v + 8t
+  // .. + 8 of the wave, invalid keys 0; C reg i = head g + 8 (i / 2), dim 8 w + 2t + i % 2); per
+  // wave v in order: 9 MMAs, part = 0 + the block value (NaN: the dim's V block or the head's
+  // P8 block), acc = part (v = 0) or acc + part; then emit(head, dim, acc).
+  template <class Ctx, class Valid, class Emit>
+  __device__ void pv_mma(Ctx& c, const Smem& m, const MmaSmem& x, const uint8_t* vc, int key0, int lo, int hi, Valid valid,
+                         Emit emit) const {
+    c.each(kThreads, [&](int i) {
+      const int warp = i / 32, lane = i % 32, g = lane / 4, t = lane % 4;
+      for (int tile = warp; tile < kHeadDim / 8; tile += kThreads / 32) {
+        const int db = 8 * tile + g;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int v = 0; v < kWaves; ++v) {
+          const int kp0 = v * kWaveKeys + 8 * t;  // the lane's 8 keys: page 2 v + t / 2, bytes 16 db + (t % 2) * 8
+          uint2 vv = make_uint2(0u, 0u);
+          if (key0 + kp0 < hi && key0 + kp0 + 8 > lo) {  // read where one of the 8 keys is valid
+            vv = *reinterpret_cast<const uint2*>(vc + size_t(m.pages[kp0 / kPage]) * kPageBytes + size_t(db) * 16 + (t % 2) * 8);
+            uint32_t keep[2] = {0u, 0u};
+            for (int j = 0; j < 8; ++j)
+              if (valid(kp0 + j)) keep[j / 4] |= 0xFFu << (8 * (j % 4));
+            vv.x &= keep[0], vv.y &= keep[1];
+          }
+          xmma::FragB B[3];
+          xmma::b_limbs(B, vv, x.dec);
+          xmma::FragA A[3];
+          load_a(A, x.pa, v, lane);
+          xmma::FragC E[5] = {};
+          xmma::mma_f8f8(E, A, B);
+          int vn[2];
+          column_nan(vn, xmma::any_nan4(vv.x) || xmma::any_nan4(vv.y), t);
+          for (int r = 0; r < 4; ++r) {
+            const bool nan = vn[r % 2] != 0 || m.pnan[(g + 8 * (r / 2)) * kWaves + v] != 0;
+            const float part = 0.0f + xmma::finish_block64(xmma::sum_f8f8(E, r), 18, 127, 127, nan);
+            acc[r] = v == 0 ? part : acc[r] + part;
+          }
+        }
+        for (int r = 0; r < 4; ++r) emit(g + 8 * (r / 2), 8 * tile + 2 * t + r % 2, acc[r]);
+      }
+    });
+  }
+#endif
+
   template <class Ctx>
   K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
     const DevCfg& cfg = a.cfg;
     const int NS = cfg.n_split, tok = c.bx / NS, t = c.bx % NS, r = c.by, S = a.tokens, OK = cfg.o_k;
     SmemCarver cv{smem};
     const Smem m = carve(cv);
+    MmaSmem x{};
+    if constexpr (kMma) x = carve_mma(cv);
     const int32_t* table = a.sparse_table + (size_t(r) * S + tok) * cfg.table_words;
     const uint16_t* q = a.q + (size_t(r) * S + tok) * OK;
 
@@ -282,15 +437,19 @@ struct SplitBody {
       for (int j = 0; j < kBlockK; ++j) nan |= e4m3_is_nan(m.q8[i * kBlockK + j]);
       m.qnan[i] = nan ? 1 : 0;
     });
+    if constexpr (kMma) {
+      c.each(256, [&](int i) { x.dec[i] = this->limbs_of(i); });
+      this->a_fragments(c, x.qa, m.q8, kHeadDim, kChunks, x.dec);
+    }
     if (cfg.kv_scale != kAtomVllm) {
-      tile(c, m, t, 0, n_ctx);
+      tile(c, m, x, t, 0, n_ctx);
       return;
     }
     // V4.3: split t covers [t span, min(t span + span, n_ctx)), span = ceil(n_ctx / 8), over the
     // 256-key tiles it meets in ascending order; o = bf16(o_run * (1 / (l_run > 0 ? l_run : 1)))
     const int span = (n_ctx + NS - 1) / NS, begin = t * span, end = begin + span < n_ctx ? begin + span : n_ctx;
     const int tau_end = begin < end ? (end + kSplitKeys - 1) / kSplitKeys : 0;
-    for (int tau = begin / kSplitKeys; tau < tau_end; ++tau) tile(c, m, tau, begin, end);
+    for (int tau = begin / kSplitKeys; tau < tau_end; ++tau) tile(c, m, x, tau, begin, end);
     const size_t ts = size_t(tok) * NS + t;
     c.each(kHeads * kHeadDim, [&](int i) {
       const int hh = i / kHeadDim, d = i % kHeadDim;
@@ -308,7 +467,20 @@ struct SplitBody {
 
 }  // namespace
 
-void launch_split_attention(const SplitArgs& a, hipStream_t s) {
+bool fast_split_supported(const DevCfg& cfg, int tokens) {
+#if defined(K4_HOST_EMULATION)
+  (void)cfg, (void)tokens;
+  return false;  // the host emulation has no warps to run the fragments on
+#else
+  (void)cfg;
+  return tokens >= 1;
+#endif
+}
+
+void launch_split_attention(const SplitArgs& a, hipStream_t s, bool fast) {
+#if defined(K4_HOST_EMULATION)
+  if (fast) throw std::logic_error("split: the tensor-core body is GPU only");
+#endif
   const DevCfg& cfg = a.cfg;
   if (cfg.heads != kHeads || cfg.head_dim != kHeadDim || cfg.split_keys != kSplitKeys || cfg.waves != kWaves ||
       cfg.page != kPage)
@@ -319,7 +491,15 @@ void launch_split_attention(const SplitArgs& a, hipStream_t s) {
   sz.add<uint8_t>(kHeads * kChunks).add<uint8_t>(kHeads * kWaves).add<float>(kHeads).add<float>(kWaves * kHeads);
   sz.add<float>(4 + kWaves).add<float>(kSplitKeys).add<int32_t>(kSplitKeys / kPage + 1);
   sz.add<float>(kHeads * kHeadDim).add<float>(kHeads).add<float>(kHeads);
-  launch(SplitBody{a}, Grid{a.tokens * cfg.n_split, a.ranks, 1}, 512, sz.used, s);
+#if !defined(K4_HOST_EMULATION)
+  if (fast) {  // + the tensor-core body's MmaSmem (16 bytes for its alignment)
+    const size_t extra =
+        SmemSize().add<uint32_t>(256).add<uint32_t>(kChunks * 3 * 32 * 4).add<uint32_t>(kWaves * 3 * 32 * 4).used + 16;
+    launch(SplitBody<true>{a}, Grid{a.tokens * cfg.n_split, a.ranks, 1}, kThreads, sz.used + extra, s);
+    return;
+  }
+#endif
+  launch(SplitBody<false>{a}, Grid{a.tokens * cfg.n_split, a.ranks, 1}, kThreads, sz.used, s);
 }
 
 }  // namespace k4::gpu

@@ -44,7 +44,9 @@ struct SplitArgs {
   int tokens, ranks;
   DevCfg cfg;
 };
-void launch_split_attention(const SplitArgs& a, hipStream_t s);
+// fast: QK and PV on the integer tensor cores (device/exact_mma.hpp; the same bits), GPU only
+void launch_split_attention(const SplitArgs& a, hipStream_t s, bool fast = false);
+bool fast_split_supported(const DevCfg& cfg, int tokens);
 
 // ------------------------------------------------------------------ stage 2: merge.cu
 struct MergeArgs {

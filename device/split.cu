@@ -23,6 +23,9 @@
 // PV + output (a thread a dim and 4 heads: its V column decoded once for the 4). K and V
 // are read straight from the pages as 16-byte loads (consecutive keys / dims: consecutive
 // 16 bytes); keys past n_ctx are not read at all.
+// SplitBody<true> (K4_FAST=1, GPU only) runs QK and PV on the integer tensor cores instead
+// (device/exact_mma.hpp: the 16 heads are one m16 tile, a block's exact sum from 9 mma.sync s8,
+// the same block values in the same chains); every other phase is the same code.
 #include <stdexcept>
 
 #include "device/exact_mma.hpp"

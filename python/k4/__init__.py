@@ -158,6 +158,14 @@ def _schema_dtype(name):
         return None
 
 
+def _schema_dims(name):
+    """The schema row's dimension names of a schema path ("token", "dim"), [] for another name."""
+    try:
+        return [d for d in _k4.spec(name)["dims"].split(",") if d]
+    except ValueError:
+        return []
+
+
 def assert_bitexact(actual, expected, name="tensor", max=10):
     """Bits, not tolerances: raises BitExactError (an AssertionError) with the first-divergence
     report unless every element's bits are equal (-0 != +0; NaN == NaN only with equal bits).
@@ -180,7 +188,9 @@ def assert_bitexact(actual, expected, name="tensor", max=10):
         want = _STORAGE_GUESS.get(a.dtype)
         if want is None:
             raise TypeError(f"{name}: {a.dtype} is no storage type (uint16 bf16, uint8, uint32 f32 bits, int32)")
-    dims = getattr(expected, "dims", None) or getattr(actual, "dims", None) or []
+    # the tensors' own dims, else the schema row's (a plain numpy array has none); the report
+    # falls back to d0, d1, .. where they do not fit the shape
+    dims = getattr(expected, "dims", None) or getattr(actual, "dims", None) or _schema_dims(name)
     rep = _k4._compare_arrays(_bits(expected, want), _bits(actual, want), want, list(dims), name, max)
     if rep.any_mismatch():
         raise BitExactError(rep, name)

@@ -76,6 +76,10 @@ def test_assert_bitexact_message_is_the_divergence(tiny_step):
     assert msg.startswith("rank0/merge/outputs/attn: 1 of 8192 elements differ")
     assert "first divergence: rank 0, stage merge, tensor attn, element [token 1, dim 3] (flat 2051)" in msg
     assert e.value.report.first.named_index == {"token": 1, "dim": 3}
+    # plain numpy arrays carry no dims: the schema path names them
+    with pytest.raises(k4.BitExactError) as e:
+        k4.assert_bitexact(np.asarray(bad), np.asarray(attn), name="rank0/merge/outputs/attn")
+    assert "element [token 1, dim 3] (flat 2051)" in str(e.value)
 
 
 def test_assert_bitexact_is_bits_not_values():

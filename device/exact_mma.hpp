@@ -239,47 +239,59 @@ K4_HD int64_t combine_f8f8(const int32_t D[3][3]) {
 // of its B column (e4m3_limbs' B fragments use the same): A reg 0 / 2 and B reg 0 / 1 pair
 // codes 8t .. 8t + 3 and 8t + 4 .. 8t + 7, so every code meets its partner; the hardware's k
 // order inside a block does not change an exact integer sum.
-#if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
+// Host and device (the CPU suite checks these index maps, test_exact_mma.cpp); only the MMAs
+// are device code.
 // Any of 4 E4M3 codes a NaN (0x7F / 0xFF): the low 7 bits + 1 reach bit 7 only from 0x7F.
-__device__ inline bool any_nan4(uint32_t w) { return (((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) != 0; }
+K4_HD bool any_nan4(uint32_t w) { return (((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u) != 0; }
+// Byte i of the result is byte (sel >> 4i) & 7 of {y:x} (selectors below 8: no sign replicate).
+K4_HD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t sel) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __byte_perm(x, y, sel);
+#else
+  return prmt(x, y, sel);
+#endif
+}
 // The shared table's entry of a code: its 3 limbs in bytes 0, 1, 2.
-__device__ inline uint32_t limbs_entry(uint8_t code) {
+K4_HD uint32_t limbs_entry(uint8_t code) {
   const Limbs l = e4m3_limbs(code);
   return pack4(l.d[0], l.d[1], l.d[2], 0);
 }
 // 4 codes -> their 3 limb words (limb m of code j in byte j of word m), from dec (limbs_entry
 // of every code).
-__device__ inline void limbs4(uint32_t (&L)[3], uint32_t w, const uint32_t* dec) {
+K4_HD void limbs4(uint32_t (&L)[3], uint32_t w, const uint32_t* dec) {
   const uint32_t l0 = dec[w & 0xFF], l1 = dec[(w >> 8) & 0xFF], l2 = dec[(w >> 16) & 0xFF], l3 = dec[w >> 24];
-  const uint32_t a01 = __byte_perm(l0, l1, 0x5140), a23 = __byte_perm(l2, l3, 0x5140);  // d0, d0, d1, d1
-  const uint32_t b01 = __byte_perm(l0, l1, 0x0062), b23 = __byte_perm(l2, l3, 0x0062);  // d2, d2
-  L[0] = __byte_perm(a01, a23, 0x5410), L[1] = __byte_perm(a01, a23, 0x7632), L[2] = __byte_perm(b01, b23, 0x5410);
+  const uint32_t a01 = byte_perm(l0, l1, 0x5140), a23 = byte_perm(l2, l3, 0x5140);  // d0, d0, d1, d1
+  const uint32_t b01 = byte_perm(l0, l1, 0x0062), b23 = byte_perm(l2, l3, 0x0062);  // d2, d2
+  L[0] = byte_perm(a01, a23, 0x5410), L[1] = byte_perm(a01, a23, 0x7632), L[2] = byte_perm(b01, b23, 0x5410);
 }
 // A fragments of the 3 limbs: reg 0 / 1 = rows g / g + 8, codes 8t .. 8t + 3; reg 2 / 3 the next 4.
-__device__ inline void a_limbs(FragA (&A)[3], const uint2& lo, const uint2& hi, const uint32_t* dec) {
+template <class Words2>  // uint2 on the device: .x codes 8t .. 8t + 3, .y the next 4
+K4_HD void a_limbs(FragA (&A)[3], const Words2& lo, const Words2& hi, const uint32_t* dec) {
   uint32_t L[4][3];
   limbs4(L[0], lo.x, dec), limbs4(L[1], hi.x, dec), limbs4(L[2], lo.y, dec), limbs4(L[3], hi.y, dec);
   for (int m = 0; m < 3; ++m)
     for (int i = 0; i < 4; ++i) A[m].r[i] = L[i][m];
 }
 // B fragments of the 3 limbs: the lane's column, codes 8t .. 8t + 7.
-__device__ inline void b_limbs(FragB (&B)[3], const uint2& v, const uint32_t* dec) {
+template <class Words2>
+K4_HD void b_limbs(FragB (&B)[3], const Words2& v, const uint32_t* dec) {
   uint32_t L[2][3];
   limbs4(L[0], v.x, dec), limbs4(L[1], v.y, dec);
   for (int m = 0; m < 3; ++m) B[m].r[0] = L[0][m], B[m].r[1] = L[1][m];
 }
+// Output reg r's exact block sum S = sum 2^(7n) E_n (|S| < 2^41; each E_n and the two int32
+// partial sums below stay far inside int32).
+K4_HD int64_t sum_f8f8(const FragC (&E)[5], int r) {
+  const int64_t lo = int64_t(E[0].r[r] + 128 * E[1].r[r]);
+  return lo + (int64_t(E[2].r[r]) << 14) + (int64_t(E[3].r[r] + 128 * E[4].r[r]) << 21);
+}
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
 // The 9 limb products into 5 accumulators by weight: E_n += sum over i + j = n of A_i B_j.
 __device__ inline void mma_f8f8(FragC (&E)[5], const FragA (&A)[3], const FragB (&B)[3]) {
 K4_FAST_UNROLL
   for (int i = 0; i < 3; ++i)
 K4_FAST_UNROLL
     for (int j = 0; j < 3; ++j) mma_s8(E[i + j], A[i], B[j]);
-}
-// Output reg r's exact block sum S = sum 2^(7n) E_n (|S| < 2^41; each E_n and the two int32
-// partial sums below stay far inside int32).
-__device__ inline int64_t sum_f8f8(const FragC (&E)[5], int r) {
-  const int64_t lo = int64_t(E[0].r[r] + 128 * E[1].r[r]);
-  return lo + (int64_t(E[2].r[r]) << 14) + (int64_t(E[3].r[r] + 128 * E[4].r[r]) << 21);
 }
 #endif
 

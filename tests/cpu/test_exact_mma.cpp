@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "device/exact_mma.hpp"
 #include "tests/gpu/exact_mma_cases.hpp"
@@ -29,6 +30,61 @@ size_t tile_mismatches(Pair p, const std::vector<Tile>& tiles, size_t* nonzero =
         nz += (want & 0x7FFFFFFFu) != 0;
         if (out[r][c] != want && bad++ < 5)
           std::printf("  tile %zu row %d col %d: emulated 0x%08x, model 0x%08x\n", n, r, c, out[r][c], want);
+      }
+  }
+  if (nonzero) *nonzero = nz;
+  return bad;
+}
+
+struct W2 {  // uint2 on the device
+  uint32_t x, y;
+};
+W2 words_at(const uint8_t* codes) {  // 8 codes as two little-endian words
+  W2 w;
+  std::memcpy(&w.x, codes, 4), std::memcpy(&w.y, codes + 4, 4);
+  return w;
+}
+
+// The tile as oproj_fast.cu and split.cu's tensor-core body compute it: lane (g, t) loads codes
+// 8t .. 8t + 7 of rows g, g + 8 and of column g, decodes them through the limb table (a_limbs,
+// b_limbs), the 9 MMAs go into 5 accumulators by limb weight, sum_f8f8, the NaN flags from the
+// lanes' words OR-ed over the quad; `swap_b` plants B's two registers swapped.
+size_t loaded_f8f8_mismatches(const std::vector<Tile>& tiles, bool swap_b, size_t* nonzero) {
+  uint32_t dec[256];
+  for (int c = 0; c < 256; ++c) dec[c] = limbs_entry(uint8_t(c));
+  size_t bad = 0, nz = 0;
+  for (const Tile& t : tiles) {
+    FragA a[3][kLanes];
+    FragB b[3][kLanes];
+    bool row_flag[16] = {}, col_flag[8] = {};
+    for (int l = 0; l < kLanes; ++l) {
+      const int g = l / 4, tt = l % 4;
+      const W2 lo = words_at(&t.a[g][8 * tt]), hi = words_at(&t.a[g + 8][8 * tt]), bv = words_at(&t.b[g][8 * tt]);
+      FragA la[3];
+      FragB lb[3];
+      a_limbs(la, lo, hi, dec);
+      b_limbs(lb, bv, dec);
+      for (int m = 0; m < 3; ++m) {
+        a[m][l] = la[m], b[m][l] = lb[m];
+        if (swap_b) std::swap(b[m][l].r[0], b[m][l].r[1]);
+      }
+      row_flag[g] = row_flag[g] || any_nan4(lo.x) || any_nan4(lo.y);
+      row_flag[g + 8] = row_flag[g + 8] || any_nan4(hi.x) || any_nan4(hi.y);
+      col_flag[g] = col_flag[g] || any_nan4(bv.x) || any_nan4(bv.y);
+    }
+    FragC E[5][kLanes] = {};
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) mma_s8_warp(E[i + j], a[i], b[j]);
+    for (int l = 0; l < kLanes; ++l)
+      for (int r = 0; r < 4; ++r) {
+        FragC e[5];
+        for (int n = 0; n < 5; ++n) e[n] = E[n][l];
+        const int row = c_row(l, r), col = c_col(l, r);
+        const uint32_t got = f32_bits(finish_block64(sum_f8f8(e, r), 18, t.sa[row], t.sb[col], row_flag[row] || col_flag[col]));
+        const uint32_t want = model_value(Pair::F8F8, t, row, col);
+        nz += (want & 0x7FFFFFFFu) != 0;
+        if (got != want && bad++ < 5 && !swap_b)
+          std::printf("  row %d col %d: loaded-order tile 0x%08x, model 0x%08x\n", row, col, got, want);
       }
   }
   if (nonzero) *nonzero = nz;
@@ -117,6 +173,22 @@ TEST_SUITE("exact_mma") {
     CHECK(tile_mismatches(Pair::F8F8, tiles, &nonzero) == 0);
     CHECK(nonzero > tiles.size() * 64);
     std::printf("exact_mma F8F8: %zu tiles (%zu outputs) bit-exact in emulation\n", tiles.size(), tiles.size() * 128);
+  }
+
+  TEST_CASE("E4M3 x E4M3 from codes decoded as they load: the 8t k order and 5 accumulators") {
+    // every E4M3 code at every k position of A and of B, the special tiles, 200 random
+    const std::vector<Tile> tiles = all_tiles(Pair::F8F8, 200, 3);
+    size_t nonzero = 0;
+    CHECK(loaded_f8f8_mismatches(tiles, false, &nonzero) == 0);
+    CHECK(nonzero > tiles.size() * 64);
+    // planted: B's registers swapped (codes 8t .. 8t + 3 against A's 8t + 4 .. 8t + 7)
+    CHECK(loaded_f8f8_mismatches(tiles, true, nullptr) > 0);
+    // byte_perm's host form: the 4 selectors the decode uses, every byte
+    for (uint32_t sel : {0x5140u, 0x0062u, 0x5410u, 0x7632u}) {
+      const uint32_t x = 0x03020100u, y = 0x07060504u, p = byte_perm(x, y, sel);
+      for (int i = 0; i < 4; ++i) CHECK(((p >> (8 * i)) & 0xFFu) == ((sel >> (4 * i)) & 7u));
+    }
+    std::printf("exact_mma F8F8 as loaded: %zu tiles (%zu outputs) bit-exact in emulation\n", tiles.size(), tiles.size() * 128);
   }
 
   TEST_CASE("planted: a wrong fragment map or limb weight is caught") {

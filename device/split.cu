@@ -332,6 +332,18 @@ struct SplitBody {
     col[1] = xmma::lane_shfl(uint32_t(f), 4 * (2 * t + 1)) != 0;
   }
 
+  // One block of a 16 x 8 tile: the B column's 8 codes a lane (bv), the A fragments of block b
+  // (frag), the 9 MMAs into E, and the NaN flags of the lane's two C columns (the B block's).
+  __device__ static void tile_block(xmma::FragC (&E)[5], int (&col_nan)[2], const uint2& bv, const uint32_t* frag, int b,
+                                    const MmaSmem& x, int lane) {
+    xmma::FragB B[3];
+    xmma::b_limbs(B, bv, x.dec);
+    xmma::FragA A[3];
+    load_a(A, frag, b, lane);
+    xmma::mma_f8f8(E, A, B);
+    column_nan(col_nan, xmma::any_nan4(bv.x) || xmma::any_nan4(bv.y), lane % 4);
+  }
+
   // QK: warp w takes the n8 key tiles w, w + 16 (B column g = key 8 tile + g: its K dims 32 s +
   // 8t .. of the page row; C reg i = head g + 8 (i / 2), key 8 tile + 2t + i % 2); per block s
   // in order: 9 MMAs, the block value (NaN: the key's K block or the head's q block), acc =
@@ -348,14 +360,9 @@ struct SplitBody {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int s = 0; s < kChunks; ++s) {  // dims 32 s + 8t .. + 8 = bytes (2 s + t / 2) * 256 + (t % 2) * 8
           const uint2 kv = okb ? *reinterpret_cast<const uint2*>(row + size_t(2 * s + t / 2) * 256) : make_uint2(0u, 0u);
-          xmma::FragB B[3];
-          xmma::b_limbs(B, kv, x.dec);
-          xmma::FragA A[3];
-          load_a(A, x.qa, s, lane);
           xmma::FragC E[5] = {};
-          xmma::mma_f8f8(E, A, B);
           int kn[2];
-          column_nan(kn, xmma::any_nan4(kv.x) || xmma::any_nan4(kv.y), t);
+          tile_block(E, kn, kv, x.qa, s, x, lane);
           for (int r = 0; r < 4; ++r) {
             const bool nan = kn[r % 2] != 0 || m.qnan[(g + 8 * (r / 2)) * kChunks + s] != 0;
             acc[r] = acc[r] + xmma::finish_block64(xmma::sum_f8f8(E, r), 18, 127, 127, nan);
@@ -393,14 +400,9 @@ struct SplitBody {
               if (valid(kp0 + j)) keep[j / 4] |= 0xFFu << (8 * (j % 4));
             vv.x &= keep[0], vv.y &= keep[1];
           }
-          xmma::FragB B[3];
-          xmma::b_limbs(B, vv, x.dec);
-          xmma::FragA A[3];
-          load_a(A, x.pa, v, lane);
           xmma::FragC E[5] = {};
-          xmma::mma_f8f8(E, A, B);
           int vn[2];
-          column_nan(vn, xmma::any_nan4(vv.x) || xmma::any_nan4(vv.y), t);
+          tile_block(E, vn, vv, x.pa, v, x, lane);
           for (int r = 0; r < 4; ++r) {
             const bool nan = vn[r % 2] != 0 || m.pnan[(g + 8 * (r / 2)) * kWaves + v] != 0;
             const float part = 0.0f + xmma::finish_block64(xmma::sum_f8f8(E, r), 18, 127, 127, nan);

@@ -34,10 +34,11 @@ struct RunOptions {
   // The last stage to run, 0 (index) .. 5 (moe, the route included): later stages' fields of
   // the result are left empty. 4 stops after the router: no expert is needed.
   int last_stage = 5;
-  // Stage 3's and stage 5's kernels: 0 oproj.cu's and moe.cu's (the reference path), 1 the
-  // integer tensor-core path (oproj_fast.cu, moe_fast.cu; same bits), -1 the environment's
-  // K4_FAST (1: the fast path). Each stage's fast kernel falls back to the reference one where
-  // it does not apply (host emulation; moe: other variants).
+  // The split, o_proj and MoE kernels: 0 the reference path (split.cu's CUDA-core body,
+  // oproj.cu, moe.cu), 1 the integer tensor-core path (split.cu's tensor-core body,
+  // oproj_fast.cu, moe_fast.cu; same bits), -1 the environment's K4_FAST (1: the fast path).
+  // Each stage's fast kernel falls back to the reference one where it does not apply (host
+  // emulation; moe: other variants).
   int moe_path = -1;
 };
 

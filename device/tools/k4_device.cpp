@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
   b->add_option("--warmup", warmup);
   b->add_option("--repeats", repeats);
   b->add_option("--step-repeats", step_repeats, "timed repeats of the whole step (median)");
-  b->add_option("--moe-path", moe_paths, "the o_proj and MoE kernels: reference, fast (tensor cores) or both")
+  b->add_option("--moe-path", moe_paths, "the split, o_proj and MoE kernels: reference, fast (tensor cores) or both")
       ->check(CLI::IsMember({"reference", "fast", "both"}));
   b->add_option("--md", md, "also write the table as markdown");
   CLI::App* c = app.add_subcommand("check", "one step on the device against the reference");

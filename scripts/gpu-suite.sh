@@ -11,8 +11,8 @@
 #                                  compiled in, chosen at run time)
 #   scripts/gpu-suite.sh run       ON THE GPU MACHINE, from the repository root:
 #                                  everything below, logs and a summary under $OUT (or out/);
-#                                  K4_FAST=1: o_proj and stage 5 on the tensor-core kernels
-#                                  (oproj_fast.cu, moe_fast.cu)
+#                                  K4_FAST=1: split, o_proj and stage 5 on the tensor-core kernels
+#                                  (split.cu's SplitBody<true>, oproj_fast.cu, moe_fast.cu)
 #   scripts/gpu-suite.sh mutants   ON THE GPU MACHINE: the kill table (k4_gpu_tests_mutants
 #                                  -ts=gpu_mutants): $OUT/mutants-gpu.md, mutants.log, summary.txt
 #   scripts/gpu-suite.sh emulate [doctest args]
@@ -124,7 +124,7 @@ run() {
   } >>"$log" 2>&1
 
   cat "$suite/BUILD_INFO" >>"$sum" 2>/dev/null
-  note "o_proj and stage 5 path: ${K4_FAST:+K4_FAST=$K4_FAST }$([[ ${K4_FAST:-0} == 1 ]] && echo "the integer tensor-core kernels (oproj_fast.cu, moe_fast.cu)" || echo "the reference kernels (oproj.cu, moe.cu)")"
+  note "split, o_proj and stage 5 path: ${K4_FAST:+K4_FAST=$K4_FAST }$([[ ${K4_FAST:-0} == 1 ]] && echo "the integer tensor-core kernels (split.cu SplitBody<true>, oproj_fast.cu, moe_fast.cu)" || echo "the reference kernels (split.cu SplitBody<false>, oproj.cu, moe.cu)")"
 
   # 0. one step through every stage first: if even that fails, run memcheck on it and stop
   # (a broken build costs a minute of device time, not eight)

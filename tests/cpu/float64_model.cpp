@@ -435,7 +435,9 @@ void check_split_ranges(Cmp& cm, Cmp& cl, Cmp& co, Cmp& col, const Config& cfg, 
         }
         const double mx[2] = {mt[0], std::max(mt[0], mt[1])}, m = mx[n_tiles - 1];
         head_nan[h] = s_nan || std::isnan(vs0);
-        if (s_nan) {  // o is NaN (checked below); m and l follow the NaN through fmax: not checked
+        if (s_nan) {  // m, l and o NaN: fmax_ieee carries it into mx and m_run, exp2 into lsum and l_run
+          cm.exact(ts * H + h, sp.m[ts * H + h], kNaN);
+          cl.exact(ts * H + h, sp.l[ts * H + h], kNaN);
           for (int j = 0; j < nv; ++j) P(h, j) = kNaN, AMB(h, j) = ABS(h, j) = EF(h, j) = PQ(h, j) = R(h, j) = 0;
           continue;
         }

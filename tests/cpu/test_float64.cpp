@@ -351,6 +351,28 @@ TEST_CASE("split.kv_scale = atom_vllm (VARIANTS.md V4.3): the float64 guard of t
   CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, in.ranks[1], R.index, other)));
 }
 
+TEST_CASE("split.kv_scale = atom_vllm: a NaN score makes its head's m and l NaN, and the guard checks them") {
+  LayerWeights w = f64::cached_layer("tiny", 2, 1);
+  w.cfg.variant.kv_scale = k4::KvScale::atom_vllm;
+  StepInputs in = k4::test::random_step(w.cfg, {3, {2000, 3000, 700}, 1, 31});
+  const int H = w.cfg.heads, NS = w.cfg.n_split, head = 5;
+  in.ranks[0].q[size_t(head) * w.cfg.head_dim + 3] = 0x7FC0;  // token 0, head 5: a NaN q -> NaN scores
+  const StepResult res = k4::run_step(w, in);
+  const k4::RankResult& R = res.ranks[0];
+  int nan_heads = 0;  // token 0's splits with a key (n_ctx 2000: all 8)
+  for (int t = 0; t < NS; ++t) nan_heads += std::isnan(R.split.m[size_t(t) * H + head]) && std::isnan(R.split.l[size_t(t) * H + head]);
+  CHECK(nan_heads == NS);
+  const f64::Report rep = f64::check_split(w.cfg, in.shared, in.ranks[0], R.index, R.split);
+  CHECK_MESSAGE(f64::all_ok(rep), f64::describe(rep));
+  // planted: the head's m, then its l, finite in split 3
+  k4::SplitOut bad = R.split;
+  bad.m[size_t(3) * H + head] = 1.0f;
+  CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, in.ranks[0], R.index, bad)));
+  bad = R.split;
+  bad.l[size_t(3) * H + head] = 1.0f;
+  CHECK_FALSE(f64::all_ok(f64::check_split(w.cfg, in.shared, in.ranks[0], R.index, bad)));
+}
+
 TEST_CASE("index.cp = on (VARIANTS.md V6.2): the float64 index guard of the 288-block threshold and the blocks below init_blocks") {
   for (int init : {0, 2}) {
     k4::Config cfg = k4::preset("tiny", 4);

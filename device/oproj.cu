@@ -72,9 +72,7 @@ struct OprojBody {
       for (int q = 0; q < kQuarters; ++q) tot = tot + part[(size_t(k) * kRows + rr) * kQuarters + (K4_MUTANT_ON(31) ? kQuarters - 1 - q : q)];
       const float xs = a.x_scale[size_t(r) * S + k], so = a.s_o[size_t(r) * HID + row];
       uint16_t p = bf16_bits_rne(K4_MUTANT_ON(32) ? tot * (xs * so) : (tot * xs) * so);
-      if (kPlantStage == 3 && r == 0 && k == 0 && row == 0) p ^= 1;
-      a.partial[(size_t(r) * S + k) * HID + row] = p;
-      push_partial(a.recv, p, r, k, row, S, HID, a.ranks, kRows, a.ag_rs);
+      store_partial(a, p, r, k, row, S, HID, kRows);
     });
   }
 };

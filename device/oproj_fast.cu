@@ -148,9 +148,7 @@ K4_FAST_UNROLL
     for (int qq = 0; qq < kQuarters; ++qq) tot = tot + part[(qq * kRows + rr) * kMaxTokens + k];
     const float xs = a.x_scale[size_t(r) * S + k], so = a.s_o[size_t(r) * HID + row];
     uint16_t p = bf16_bits_rne((tot * xs) * so);
-    if (kPlantStage == 3 && r == 0 && k == 0 && row == 0) p ^= 1;
-    a.partial[(size_t(r) * S + k) * HID + row] = p;
-    push_partial(a.recv, p, r, k, row, S, HID, a.ranks, kRows, a.ag_rs);
+    store_partial(a, p, r, k, row, S, HID, kRows);
   }
 }
 

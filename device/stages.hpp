@@ -244,4 +244,12 @@ K4_HD void push_partial(uint16_t* recv, uint16_t v, int src, int k, int row, int
   }
 }
 
+// o_proj's partial row p of token k, row `row` on rank r (both o_proj kernels): the planted
+// error of stage 3, this rank's partial, the push to the peers.
+K4_HD void store_partial(const OprojArgs& a, uint16_t p, int r, int k, int row, int S, int HID, int rows_per_task) {
+  if (kPlantStage == 3 && r == 0 && k == 0 && row == 0) p ^= 1;
+  a.partial[(size_t(r) * S + k) * HID + row] = p;
+  push_partial(a.recv, p, r, k, row, S, HID, a.ranks, rows_per_task, a.ag_rs);
+}
+
 }  // namespace k4::gpu

@@ -282,8 +282,8 @@ K4_HD void b_limbs(FragB (&B)[3], const Words2& v, const uint32_t* dec) {
 // Output reg r's exact block sum S = sum 2^(7n) E_n (|S| < 2^41; each E_n and the two int32
 // partial sums below stay far inside int32).
 K4_HD int64_t sum_f8f8(const FragC (&E)[5], int r) {
-  const int64_t lo = int64_t(E[0].r[r] + 128 * E[1].r[r]);
-  return lo + (int64_t(E[2].r[r]) << 14) + (int64_t(E[3].r[r] + 128 * E[4].r[r]) << 21);
+  const int64_t lo = int64_t(E[0].r[r] + 128 * E[1].r[r]);  // products, not shifts: the sums are signed
+  return lo + int64_t(E[2].r[r]) * 16384 + int64_t(E[3].r[r] + 128 * E[4].r[r]) * 2097152;
 }
 #if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
 // The 9 limb products into 5 accumulators by weight: E_n += sum over i + j = n of A_i B_j.

@@ -52,7 +52,7 @@ __device__ inline uint2 load_w(const uint8_t* p) {
 }
 template <int NT>
 struct Lane {
-  int g, t, S, NB;
+  int g, t;
   const uint32_t* xl[NT];  // the lane's B words of token 8 n + g (nullptr past S)
   float c[NT][4];          // reg i: row g + 8 (i / 2), token 8 n + 2t + i % 2
 };
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kWarps * 32) fast_o_proj_kernel(FastOprojArgs 
   __syncthreads();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, tile = warp / kQuarters, q = warp % kQuarters;
   Lane<NT> L;
-  L.g = lane / 4, L.t = lane % 4, L.S = S, L.NB = NB;
+  L.g = lane / 4, L.t = lane % 4;
   for (int n = 0; n < NT; ++n) {
     const int k = 8 * n + L.g;
     L.xl[n] = k < S ? fa.xlimbs + (size_t(r) * S + k) * NB * 24 + 2 * L.t : nullptr;

@@ -300,8 +300,6 @@ struct SplitBody {
 #if !defined(K4_HOST_EMULATION)
   // ---- the tensor-core phases (kMma): the exact block sums of device/exact_mma.hpp, the same
   // block values (finish_block64(S, 18): block_dot_ints' NaN and rounding) in the same chains.
-  __device__ static uint32_t limbs_of(int code) { return xmma::limbs_entry(uint8_t(code)); }
-
   // The A fragments (16 heads x 32, 3 limbs) of every block of a row-major (16, n) E4M3 matrix
   // in shared memory (q8: 4 dim blocks; P8: 8 waves of 32 keys), for every lane.
   template <class Ctx>
@@ -443,7 +441,7 @@ struct SplitBody {
       m.qnan[i] = nan ? 1 : 0;
     });
     if constexpr (kMma) {
-      c.each(256, [&](int i) { x.dec[i] = this->limbs_of(i); });
+      c.each(256, [&](int i) { x.dec[i] = xmma::limbs_entry(uint8_t(i)); });
       this->a_fragments(c, x.qa, m.q8, kHeadDim, kChunks, x.dec);
     }
     if (cfg.kv_scale != kAtomVllm) {

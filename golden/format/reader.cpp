@@ -1,7 +1,6 @@
 // reader.cpp -- GoldenReader: validation of a golden file and the per-stage readers.
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <type_traits>
 

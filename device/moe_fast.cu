@@ -83,10 +83,16 @@ __device__ inline float cvt_rn(int32_t S) {
 __device__ inline float b_factor(uint8_t sb, bool nan) {
   return nan || e8m0_is_nan(sb) ? f32_from_bits(kCanonicalNan) : pow2_f32(int(sb) - 137);
 }
-// The model's block value scale_block(round_block_sum(S, 10), sa, sb).
-__device__ inline float block_value(int32_t S, uint8_t sa, float fb, uint8_t sb) {
-  const float s = cvt_rn(S);
-  if (sa <= 227) return (s * pow2_f32(int(sa) - 127)) * fb;  // exact, then one rounding
+// The model's block value scale_block(round_block_sum(S, 10), sa, sb) of s = RNE(S) (cvt_rn),
+// in two parts: block_fast where sa <= 227, (s 2^(sa - 127)) 2^(sb - 137) with pa = sa_factor(sa)
+// = 2^(sa - 127) (sa = 0: the subnormal 2^-127; pow2_f32(sa - 127) without its branch): exact,
+// then one rounding; block_edge where sa > 227 (the top of the range, NaN scales). The tiles
+// form every value by block_fast and take block_edge only where a row's scale needs it: one
+// branch a fragment, not several a value, so that the block epilogues of a tile schedule
+// together (they are most of the kernels' instructions).
+__device__ inline float sa_factor(uint8_t sa) { return f32_from_bits(sa == 0 ? 0x00400000u : uint32_t(sa) << 23); }
+__device__ inline float block_fast(float s, float pa, float fb) { return (s * pa) * fb; }
+__device__ inline float block_edge(float s, uint8_t sa, float fb, uint8_t sb) {
   if (e8m0_is_nan(sa) || is_nan(fb)) return f32_from_bits(kCanonicalNan);
   return exact_scale(s, int(sa) + int(sb) - 264);
 }
@@ -126,6 +132,8 @@ __device__ inline void tile_block(float (&c)[NG][4], const uint4& w_lo, const ui
   FragA P, Q;
   a_pq(word_of(w_lo, j), word_of(w_hi, j), P, Q);
   const uint8_t sa0 = uint8_t(s_lo >> (8 * j)), sa1 = uint8_t(s_hi >> (8 * j));
+  const float pa0 = sa_factor(sa0), pa1 = sa_factor(sa1);
+  const bool edge = sa0 > 227 || sa1 > 227;
 K4_FAST_UNROLL
   for (int grp = 0; grp < NG; ++grp) {
     FragC D[3] = {};
@@ -133,12 +141,18 @@ K4_FAST_UNROLL
       mma_s8(D[m], P, B[grp][m]);
       mma_s8(D[m], Q, B[grp][m]);
     }
-    for (int i = 0; i < 4; ++i) {
-      const int col = grp * 8 + 2 * t + (i % 2);
-      const int32_t Ssum = D[0].r[i] + 128 * D[1].r[i] + 16384 * D[2].r[i];
-      const float v = block_value(Ssum, i < 2 ? sa0 : sa1, fb[col * stride + b], sb[col * stride + b]);
-      c[grp][i] = c[grp][i] + v;
-    }
+    const int col0 = grp * 8 + 2 * t;  // element i: column col0 + i % 2, row g + 8 (i / 2)
+    const float fb0 = fb[col0 * stride + b], fb1 = fb[(col0 + 1) * stride + b];
+    float v[4];
+    for (int i = 0; i < 4; ++i)
+      v[i] = block_fast(cvt_rn(D[0].r[i] + 128 * D[1].r[i] + 16384 * D[2].r[i]), i < 2 ? pa0 : pa1, i % 2 ? fb1 : fb0);
+    if (edge)
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t sa = i < 2 ? sa0 : sa1;
+        const int col = col0 + i % 2;
+        if (sa > 227) v[i] = block_edge(cvt_rn(D[0].r[i] + 128 * D[1].r[i] + 16384 * D[2].r[i]), sa, i % 2 ? fb1 : fb0, sb[col * stride + b]);
+      }
+    for (int i = 0; i < 4; ++i) c[grp][i] = c[grp][i] + v[i];
   }
 }
 
@@ -148,7 +162,7 @@ K4_FAST_UNROLL
 // one block value a row instead of 1 lane in 8. Lane (g, t) feeds column g of every block's B:
 // lm / hv = limb g % 2 / limb 2 (g even; else 0) of block b0 + g / 2, used in MMA j = g / 2 and
 // 0 in the others. The same exact sums as tile_block's (each column only ever holds one block's
-// products), the same block_value, and the rows' chains c = c + value over the 4 blocks in order
+// products), the same block values, and the rows' chains c = c + value over the 4 blocks in order
 // (block b0 + j's value from lane (g, j)), so the same bits.
 __device__ inline void tile_rot(float (&c)[2], const uint4& w_lo, const uint4& w_hi, uint32_t s_lo, uint32_t s_hi,
                                 const uint2& lm, const uint2& hv, const float* fb, const uint8_t* sb, int b0, int g,
@@ -169,8 +183,14 @@ K4_FAST_UNROLL
   }
   const int b = b0 + t;
   const uint8_t sa0 = uint8_t(s_lo >> (8 * t)), sa1 = uint8_t(s_hi >> (8 * t));
-  const float v0 = block_value(D[0].r[0] + 128 * D[0].r[1] + 16384 * D[1].r[0], sa0, fb[b], sb[b]);
-  const float v1 = block_value(D[0].r[2] + 128 * D[0].r[3] + 16384 * D[1].r[2], sa1, fb[b], sb[b]);
+  const float f = fb[b];
+  const float s0 = cvt_rn(D[0].r[0] + 128 * D[0].r[1] + 16384 * D[1].r[0]);
+  const float s1 = cvt_rn(D[0].r[2] + 128 * D[0].r[3] + 16384 * D[1].r[2]);
+  float v0 = block_fast(s0, sa_factor(sa0), f), v1 = block_fast(s1, sa_factor(sa1), f);
+  if (sa0 > 227 || sa1 > 227) {  // as in tile_block
+    if (sa0 > 227) v0 = block_edge(s0, sa0, f, sb[b]);
+    if (sa1 > 227) v1 = block_edge(s1, sa1, f, sb[b]);
+  }
 K4_FAST_UNROLL
   for (int j = 0; j < 4; ++j) {
     const float x0 = f32_from_bits(lane_shfl(f32_bits(v0), g * 4 + j));

@@ -265,9 +265,11 @@ __global__ void __launch_bounds__(128) e4m3_limbs_kernel(LimbsArgs a) {
 
 // ---------------------------------------------------------------------------- up / gate
 // Shared memory of a CTA: the uses, the pass's B factors and scales, the 8 waves' chains, mid.
+// Each thread forms the pointers from the shared arrays themselves (not read from shared
+// memory), so that the compiler knows them shared: ld.shared, not generic loads, in the tiles.
 struct UgSmem {
-  int uses[kMaxUseList];
-  alignas(4) uint8_t hit[kMaxUseList + 3];
+  int* uses;        // kMaxUseList
+  uint8_t* hit;     // kMaxUseList + 3, 4-byte aligned
   float* fb;        // (kUses, KB)
   uint8_t* sb;      // (kUses, KB)
   float* chains;    // (waves, 4 tiles, 16 rows, kUses)
@@ -379,7 +381,8 @@ K4_FAST_UNROLL
 template <bool kRot>
 __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) {
   extern __shared__ __align__(16) unsigned char dyn[];
-  __shared__ UgSmem sm;
+  __shared__ int uses[kMaxUseList];
+  __shared__ __align__(4) uint8_t hit[kMaxUseList + 3];
   const DevCfg& cfg = a.cfg;
   const int r = blockIdx.z, rg = blockIdx.y, S = a.tokens, HID = cfg.hidden, I = cfg.inter, SL = cfg.moe_slots;
   const int KB = HID / 32;
@@ -391,12 +394,12 @@ __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) 
     if (threadIdx.x == 0) atomicExch(a.missing, 1);
     return;
   }
-  if (threadIdx.x == 0) {
-    sm.fb = reinterpret_cast<float*>(dyn);
-    sm.chains = sm.fb + kUses * KB;
-    sm.midv = sm.chains + cfg.waves * 4 * 16 * kUses;
-    sm.sb = reinterpret_cast<uint8_t*>(sm.midv + kUses * 32);
-  }
+  UgSmem sm;
+  sm.uses = uses, sm.hit = hit;
+  sm.fb = reinterpret_cast<float*>(dyn);
+  sm.chains = sm.fb + kUses * KB;
+  sm.midv = sm.chains + cfg.waves * 4 * 16 * kUses;
+  sm.sb = reinterpret_cast<uint8_t*>(sm.midv + kUses * 32);
   const int n_use = build_uses(sm.uses, sm.hit, a.ids, r, e, S, cfg);
   const int w = int(threadIdx.x) / 32;
   for (int u0 = 0; u0 < n_use; u0 += kUses) {

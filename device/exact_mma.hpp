@@ -224,6 +224,28 @@ K4_HD float finish_block64(int64_t S, int frac, uint8_t sa, uint8_t sb, bool nan
   return exact_scale(s, int(sa) + int(sb) - 254 - frac);
 }
 
+// The E2M1 x E4M3 block value of the fast stage-5 kernels (device/moe_fast.cu) from s =
+// RNE(S), the exact sum S (x 2^-10) rounded once: the model's scale_block(round_block_sum(S,
+// 10), sa, sb), in parts that let a tile form every value the same way --
+//   fb = b_factor(sb, nan): 2^(sb - 137) (the 2^-10 folded in), NaN for a NaN block or scale,
+//        once a column and block;
+//   sa <= 227: block_fast(s, sa_factor(sa), fb) = (s 2^(sa - 127)) fb. The first product is
+//        exact (|s| <= 2^27, so no overflow; s an integer, so s 2^-127 is a multiple of 2^-149),
+//        the second is the one rounding of s 2^(sa + sb - 264); sa_factor is pow2_f32(sa - 127)
+//        from the scale's bits (sa = 0: the subnormal 2^-127);
+//   sa > 227 (the top of the range, a NaN scale): block_edge, the split scaling of exact_scale.
+// Equal to finish_block32(S, 10, sa, sb, nan) for every S, sa and sb (tests/cpu/test_exact_mma.cpp).
+K4_HD float b_factor(uint8_t sb, bool nan) {
+  return nan || e8m0_is_nan(sb) ? f32_from_bits(kCanonicalNan) : pow2_f32(int(sb) - 137);
+}
+K4_HD float sa_factor(uint8_t sa) { return f32_from_bits(sa == 0 ? 0x00400000u : uint32_t(sa) << 23); }
+K4_HD float block_fast(float s, float pa, float fb) { return (s * pa) * fb; }
+K4_HD float block_edge(float s, uint8_t sa, float fb, uint8_t sb) {
+  if (e8m0_is_nan(sa) || is_nan(fb)) return f32_from_bits(kCanonicalNan);
+  return exact_scale(s, int(sa) + int(sb) - 264);
+}
+constexpr uint8_t kBlockFastMaxSa = 227;  // block_fast's range of sa
+
 // Limb products -> the exact block sums.
 K4_HD int32_t combine_f4f8(const int32_t D[3]) { return D[0] + 128 * D[1] + 16384 * D[2]; }
 // D[i][j]: A limb i times B limb j.

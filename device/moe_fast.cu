@@ -78,24 +78,10 @@ __device__ inline float cvt_rn(int32_t S) {
 #endif
 }
 
-// The B side's factor of a block: 2^(sb - 137) (the 2^-10 of E2M1 x E4M3 folded in), NaN for a
-// NaN block or scale.
-__device__ inline float b_factor(uint8_t sb, bool nan) {
-  return nan || e8m0_is_nan(sb) ? f32_from_bits(kCanonicalNan) : pow2_f32(int(sb) - 137);
-}
-// The model's block value scale_block(round_block_sum(S, 10), sa, sb) of s = RNE(S) (cvt_rn),
-// in two parts: block_fast where sa <= 227, (s 2^(sa - 127)) 2^(sb - 137) with pa = sa_factor(sa)
-// = 2^(sa - 127) (sa = 0: the subnormal 2^-127; pow2_f32(sa - 127) without its branch): exact,
-// then one rounding; block_edge where sa > 227 (the top of the range, NaN scales). The tiles
-// form every value by block_fast and take block_edge only where a row's scale needs it: one
-// branch a fragment, not several a value, so that the block epilogues of a tile schedule
-// together (they are most of the kernels' instructions).
-__device__ inline float sa_factor(uint8_t sa) { return f32_from_bits(sa == 0 ? 0x00400000u : uint32_t(sa) << 23); }
-__device__ inline float block_fast(float s, float pa, float fb) { return (s * pa) * fb; }
-__device__ inline float block_edge(float s, uint8_t sa, float fb, uint8_t sb) {
-  if (e8m0_is_nan(sa) || is_nan(fb)) return f32_from_bits(kCanonicalNan);
-  return exact_scale(s, int(sa) + int(sb) - 264);
-}
+// The block values: b_factor, sa_factor, block_fast and block_edge (device/exact_mma.hpp; the
+// tiles take block_edge only where a row's scale is past 227: one branch a fragment, not
+// several a value, so that the block epilogues of a tile, most of the kernels' instructions,
+// schedule together).
 
 // A fragments (P and Q) of one 16 x 32 tile: w_lo / w_hi = word j of rows g and g + 8.
 __device__ inline void a_pq(uint32_t w_lo, uint32_t w_hi, FragA& P, FragA& Q) {
@@ -133,7 +119,7 @@ __device__ inline void tile_block(float (&c)[NG][4], const uint4& w_lo, const ui
   a_pq(word_of(w_lo, j), word_of(w_hi, j), P, Q);
   const uint8_t sa0 = uint8_t(s_lo >> (8 * j)), sa1 = uint8_t(s_hi >> (8 * j));
   const float pa0 = sa_factor(sa0), pa1 = sa_factor(sa1);
-  const bool edge = sa0 > 227 || sa1 > 227;
+  const bool edge = sa0 > kBlockFastMaxSa || sa1 > kBlockFastMaxSa;
 K4_FAST_UNROLL
   for (int grp = 0; grp < NG; ++grp) {
     FragC D[3] = {};
@@ -150,7 +136,7 @@ K4_FAST_UNROLL
       for (int i = 0; i < 4; ++i) {
         const uint8_t sa = i < 2 ? sa0 : sa1;
         const int col = col0 + i % 2;
-        if (sa > 227) v[i] = block_edge(cvt_rn(D[0].r[i] + 128 * D[1].r[i] + 16384 * D[2].r[i]), sa, i % 2 ? fb1 : fb0, sb[col * stride + b]);
+        if (sa > kBlockFastMaxSa) v[i] = block_edge(cvt_rn(D[0].r[i] + 128 * D[1].r[i] + 16384 * D[2].r[i]), sa, i % 2 ? fb1 : fb0, sb[col * stride + b]);
       }
     for (int i = 0; i < 4; ++i) c[grp][i] = c[grp][i] + v[i];
   }
@@ -187,9 +173,9 @@ K4_FAST_UNROLL
   const float s0 = cvt_rn(D[0].r[0] + 128 * D[0].r[1] + 16384 * D[1].r[0]);
   const float s1 = cvt_rn(D[0].r[2] + 128 * D[0].r[3] + 16384 * D[1].r[2]);
   float v0 = block_fast(s0, sa_factor(sa0), f), v1 = block_fast(s1, sa_factor(sa1), f);
-  if (sa0 > 227 || sa1 > 227) {  // as in tile_block
-    if (sa0 > 227) v0 = block_edge(s0, sa0, f, sb[b]);
-    if (sa1 > 227) v1 = block_edge(s1, sa1, f, sb[b]);
+  if (sa0 > kBlockFastMaxSa || sa1 > kBlockFastMaxSa) {  // as in tile_block
+    if (sa0 > kBlockFastMaxSa) v0 = block_edge(s0, sa0, f, sb[b]);
+    if (sa1 > kBlockFastMaxSa) v1 = block_edge(s1, sa1, f, sb[b]);
   }
 K4_FAST_UNROLL
   for (int j = 0; j < 4; ++j) {

@@ -6,6 +6,7 @@
 // runs the same tiles through mma.sync (tests/gpu/test_exact_mma_gpu.cpp).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -156,6 +157,39 @@ TEST_SUITE("exact_mma") {
         const float naive = float(0x5555555) * pow2_f32(std::max(-149, std::min(127, sa + sb - 264)));
         caught += f32_bits(naive) != f32_bits(scale_block(round_block_sum(0x5555555, 10), uint8_t(sa), uint8_t(sb)));
       }
+    CHECK(caught > 0);
+  }
+
+  // The fast stage-5 kernels' block value (b_factor, sa_factor, block_fast below sa 228,
+  // block_edge above) against the model, every E8M0 pair, NaN blocks too.
+  TEST_CASE("the fast kernels' E2M1 x E4M3 block value: every E8M0 pair on large, small, odd and zero sums") {
+    const int32_t sums[] = {0, 1, -1, 3, 0x7FFFFF, -0x1000001, 88080384, -88080384, 0x5555555, -0x7FFFFFF};
+    const auto fast_value = [](int32_t S, int sa, int sb, bool nan, int max_sa) {
+      const float s = float(S), fb = b_factor(uint8_t(sb), nan);
+      return sa <= max_sa ? block_fast(s, sa_factor(uint8_t(sa)), fb) : block_edge(s, uint8_t(sa), fb, uint8_t(sb));
+    };
+    size_t bad = 0, n = 0, nonzero = 0, subnormal = 0;
+    for (int32_t S : sums)
+      for (int sa = 0; sa < 256; ++sa)
+        for (int sb = 0; sb < 256; ++sb)
+          for (bool nan : {false, true}) {
+            const float got = fast_value(S, sa, sb, nan, kBlockFastMaxSa);
+            const float want = nan ? f32_from_bits(kCanonicalNan) : scale_block(round_block_sum(S, 10), uint8_t(sa), uint8_t(sb));
+            bad += is_nan(want) ? !is_nan(got) : f32_bits(got) != f32_bits(want);
+            ++n, nonzero += !is_nan(want) && want != 0.0f;
+            subnormal += !is_nan(want) && want != 0.0f && std::fabs(want) < 1.17549435e-38f;
+          }
+    CHECK(bad == 0);
+    CHECK(n == 2u * 10 * 65536);
+    CHECK(nonzero > n / 4);
+    CHECK(subnormal > 0);
+    for (int sa = 0; sa <= kBlockFastMaxSa; ++sa)  // sa_factor is pow2_f32(sa - 127), the subnormal 2^-127 included
+      CHECK(f32_bits(sa_factor(uint8_t(sa))) == f32_bits(pow2_f32(sa - 127)));
+    // planted: block_fast one scale further (sa 228) overflows where the model does not
+    size_t caught = 0;
+    for (int32_t S : sums)
+      for (int sb = 0; sb < 256; ++sb)
+        caught += f32_bits(fast_value(S, 228, sb, false, 228)) != f32_bits(scale_block(round_block_sum(S, 10), 228, uint8_t(sb)));
     CHECK(caught > 0);
   }
 

@@ -418,13 +418,19 @@ __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) 
       sm.midv[col * 32 + rr] = bf16_to_f32(m);
     }
     __syncthreads();
-    for (int col = int(threadIdx.x); col < nu; col += int(blockDim.x)) {  // mid -> MXFP8, the slot's block rg
+    // mid -> MXFP8, the slot's block rg: a warp a use, a lane an element (one thread a use left
+    // the CTA waiting at the barrier below). The amax is IEEE maximum (fmax_ieee: NaN wins, -0 <
+    // +0), associative and commutative, so a butterfly over the 32 lanes gives mx8_block_amax's
+    // bits (test_mx: "MXFP8 amax by a butterfly"); then each lane quantizes its element.
+    const int lane = int(threadIdx.x) % 32;
+    for (int col = w; col < nu; col += cfg.waves) {  // uniform in a warp: every lane shuffles
       const int ks = sm.uses[u0 + col];
-      uint8_t q[kBlockK];
-      const uint8_t sc = mx8_quantize_block(sm.midv + col * 32, q);
-      const size_t o = (size_t(r) * S * SL + ks) * I + rg * 32;
-      for (int j = 0; j < kBlockK; ++j) a.mid8[o + j] = q[j];
-      a.midsc[(size_t(r) * S * SL + ks) * (I / kBlockK) + rg] = sc;
+      const float x = sm.midv[col * 32 + lane];
+      float amax = fmax_ieee(x, -x);
+      for (int off = 16; off > 0; off /= 2) amax = fmax_ieee(amax, k4_shfl_xor(amax, off, 32));
+      const Mx8Scale sc = mx8_scale_of_amax(amax);
+      a.mid8[(size_t(r) * S * SL + ks) * I + rg * 32 + lane] = mx8_quant(x, sc.inv);
+      if (lane == 0) a.midsc[(size_t(r) * S * SL + ks) * (I / kBlockK) + rg] = sc.e;
     }
     __syncthreads();
   }

@@ -215,6 +215,45 @@ TEST_CASE("mx8_block_amax, mx8_q, mx8_quant: NaN, -0, clamp") {
   CHECK(k4::mx8_quant(1.0625f, 1.0f) == 0x38);  // RNE after the clamp
 }
 
+// The fast up/gate quantizes mid a warp a block: each lane's fmax_ieee(x, -x), then a butterfly
+// over the 32 lanes (offsets 16 .. 1). IEEE maximum is associative and commutative, so every
+// lane must end with mx8_block_amax's bits -- on blocks mixing NaNs (any payload), +-0, +-Inf,
+// subnormals and normals; a max that drops a NaN by order (a > b ? a : b) must not.
+TEST_CASE("MXFP8 amax by a butterfly over 32 lanes is mx8_block_amax, bit for bit") {
+  const uint32_t pool[] = {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00001u, 0x7F800001u,
+                           0x00000001u, 0x807FFFFFu, 0x3F800000u, 0xBF800000u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x43E00000u};
+  const auto butterfly = [](const float (&x)[32], float (*mx)(float, float)) {
+    float lane[32];
+    for (int i = 0; i < 32; ++i) lane[i] = k4::fmax_ieee(x[i], -x[i]);
+    for (int off = 16; off > 0; off /= 2) {
+      float next[32];
+      for (int i = 0; i < 32; ++i) next[i] = mx(lane[i], lane[i ^ off]);
+      std::memcpy(lane, next, sizeof lane);
+    }
+    for (int i = 1; i < 32; ++i)
+      if (bits_of(lane[i]) != bits_of(lane[0])) return 0xDEADBEEFu;  // lanes disagree
+    return bits_of(lane[0]);
+  };
+  const auto order_max = [](float a, float b) { return a > b ? a : b; };  // planted: NaN lost by order
+  SplitMix rng(20261203);
+  size_t bad = 0, caught = 0, nan_blocks = 0;
+  const int blocks = 200000;
+  for (int n = 0; n < blocks; ++n) {
+    float x[32];
+    const int specials = int(rng.next() % 4);  // 0: all random normals
+    for (int i = 0; i < 32; ++i)
+      x[i] = specials != 0 && rng.next() % (8 / specials) == 0 ? float_of(pool[rng.next() % (sizeof pool / 4)])
+                                                               : float_of(uint32_t(rng.next()) & 0xBFFFFFFFu);
+    const uint32_t want = bits_of(k4::mx8_block_amax(x, 32));
+    bad += butterfly(x, k4::fmax_ieee) != want;
+    caught += butterfly(x, +order_max) != want;
+    nan_blocks += want == 0x7FC00000u;
+  }
+  CHECK(bad == 0);
+  CHECK(nan_blocks > size_t(blocks) / 20);
+  CHECK(caught > 0);
+}
+
 TEST_CASE("mx8_quantize_block: zero, -0, NaN and Inf blocks") {
   uint8_t q[32];
   float v[32];

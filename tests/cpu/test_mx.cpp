@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/numerics/butterfly.hpp"
 #include "reference/numerics/mx.hpp"
 
 namespace {
@@ -223,13 +224,10 @@ TEST_CASE("MXFP8 amax by a butterfly over 32 lanes is mx8_block_amax, bit for bi
   const uint32_t pool[] = {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00001u, 0x7F800001u,
                            0x00000001u, 0x807FFFFFu, 0x3F800000u, 0xBF800000u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x43E00000u};
   const auto butterfly = [](const float (&x)[32], float (*mx)(float, float)) {
+    static const int offsets[] = {16, 8, 4, 2, 1};
     float lane[32];
     for (int i = 0; i < 32; ++i) lane[i] = k4::fmax_ieee(x[i], -x[i]);
-    for (int off = 16; off > 0; off /= 2) {
-      float next[32];
-      for (int i = 0; i < 32; ++i) next[i] = mx(lane[i], lane[i ^ off]);
-      std::memcpy(lane, next, sizeof lane);
-    }
+    k4::butterfly(lane, 32, offsets, 5, mx);
     for (int i = 1; i < 32; ++i)
       if (bits_of(lane[i]) != bits_of(lane[0])) return 0xDEADBEEFu;  // lanes disagree
     return bits_of(lane[0]);

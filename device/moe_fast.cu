@@ -390,7 +390,9 @@ __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) 
   const int w = int(threadIdx.x) / 32;
   for (int u0 = 0; u0 < n_use; u0 += kUses) {
     const int nu = n_use - u0 < kUses ? n_use - u0 : kUses;
-    for (int i = int(threadIdx.x); i < kUses * KB; i += int(blockDim.x)) {
+    // only the columns this pass's tiles read: two n8 groups, one, or the rotated tiles' one
+    const int cols = nu > 8 ? kUses : kRot && nu == 1 ? 1 : 8;
+    for (int i = int(threadIdx.x); i < cols * KB; i += int(blockDim.x)) {
       const int u = i / KB, b = i % KB;
       if (u < nu) {
         const size_t tb = (size_t(r) * S + sm.uses[u0 + u] / SL) * KB + b;

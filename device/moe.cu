@@ -140,24 +140,24 @@ struct ExpertListBody {
     SmemCarver cv{smem};
     int32_t* ids = cv.take<int32_t>(kMaxTokens * kMaxSlots);
     uint8_t* used = cv.take<uint8_t>(cfg.n_experts);
-    c.each(S * SL, [&](int i) { ids[i] = a.ids[size_t(r) * S * SL + i]; });
-    c.each(cfg.n_experts, [&](int e) {
-      bool u = false;
-      for (int ks = 0; ks < S * SL; ++ks)
-        u |= slot_expert(ids + (ks / SL) * SL, ks % SL, cfg) == e && slot_joins(a.live, ks / SL, ks % SL, S, cfg);
-      used[e] = u ? 1 : 0;
+    c.each(S * SL + cfg.n_experts, [&](int i) {
+      if (i < S * SL) ids[i] = a.ids[size_t(r) * S * SL + i];
+      else used[i - S * SL] = 0;
     });
-    // V2: the (token, slot) pairs no expert serves are not computed: +0, midsc that of a zero block
+    c.each(S * SL, [&](int ks) {  // an expert's byte is written by each of its uses, all with 1
+      if (slot_joins(a.live, ks / SL, ks % SL, S, cfg)) used[slot_expert(ids + (ks / SL) * SL, ks % SL, cfg)] = 1;
+    });
+    // V2: the (token, slot) pairs no expert serves are not computed: +0, midsc that of a zero
+    // block (an item a 32-block, so that a step of uses only checks S x slots x blocks)
     const int I = cfg.inter, IB = I / kBlockK;
     const size_t base = size_t(r) * S * SL;
-    c.each(S * SL * I, [&](int i) {
-      const int ks = i / I;
-      if (slot_joins(a.live, ks / SL, ks % SL, S, cfg)) return;
-      a.gate[base * I + i] = 0.0f, a.up[base * I + i] = 0.0f, a.mid[base * I + i] = 0, a.mid8[base * I + i] = 0;
-    });
     c.each(S * SL * IB, [&](int i) {
       const int ks = i / IB;
       if (slot_joins(a.live, ks / SL, ks % SL, S, cfg)) return;
+      for (int j = 0; j < kBlockK; ++j) {
+        const size_t o = base * I + size_t(i) * kBlockK + j;
+        a.gate[o] = 0.0f, a.up[o] = 0.0f, a.mid[o] = 0, a.mid8[o] = 0;
+      }
       const float zero[kBlockK] = {};
       uint8_t q[kBlockK];
       a.midsc[base * IB + i] = mx8_quantize_block(zero, q);
@@ -281,16 +281,25 @@ constexpr int kDnRows = 32, kQuarters = 4, kTokenGroups = 4;
 // One unit: row wrow of an expert's w2 (scales srow; E4M3 where fp8), 128-k chunk kc, against
 // a mid row (mid8 / midsc); mid8 == nullptr: the zero mid row (scales 0), whose blocks are
 // exactly +0 (NaN against an E4M3 NaN weight code).
+// The zero mid row's unit (chunk kc; sc4: the chunk's 4 weight scales, block 4 kc + j in byte j):
+// +0 a block, NaN where an E4M3 weight code is NaN, scaled as any block (a NaN scale: NaN).
+K4_BODY float zero_row_unit(const uint8_t* wrow, const uint8_t* sc4, int kc, bool fp8, const int32_t* dec,
+                            const int32_t* fp4) {
+  float c = 0.0f;
+  for (int b0 = kc * 4, b; b0 < kc * 4 + 4 && (b = K4_MUTANT_ON(74) ? 8 * kc + 3 - b0 : b0, true); ++b0) {
+    int32_t wi[kBlockK];
+    const bool wnan = fp8 && decode_weight_block(wi, wrow, b, fp8, dec, fp4);
+    c = c + scale_block(wnan ? f32_from_bits(kCanonicalNan) : 0.0f, sc4[b - kc * 4], 0);  // block_dot of a zero row
+  }
+  return c;
+}
+
 K4_BODY float down_unit(const uint8_t* wrow, const uint8_t* srow, int kc, bool fp8, const uint8_t* mid8,
                         const uint8_t* midsc, const int32_t* dec, const int32_t* fp4) {
+  if (mid8 == nullptr) return zero_row_unit(wrow, srow + kc * 4, kc, fp8, dec, fp4);
   float c = 0.0f;
   for (int b0 = kc * 4, b; b0 < kc * 4 + 4 && (b = K4_MUTANT_ON(74) ? 8 * kc + 3 - b0 : b0, true); ++b0) {
     int32_t wi[kBlockK], mi[kBlockK];
-    if (mid8 == nullptr) {
-      const bool wnan = fp8 && decode_weight_block(wi, wrow, b, fp8, dec, fp4);
-      c = c + scale_block(wnan ? f32_from_bits(kCanonicalNan) : 0.0f, srow[b], 0);  // block_dot of a zero row
-      continue;
-    }
     const bool wnan = decode_weight_block(wi, wrow, b, fp8, dec, fp4);
     const bool mnan = decode_fp8_block(mi, mid8 + size_t(b) * kBlockK, dec);
     c = c + scale_block(block_dot_ints(wi, mi, wnan || (mnan && !K4_MUTANT_ON(76)), fp8 ? 18 : 10), srow[b], midsc[b]);
@@ -320,7 +329,7 @@ struct DownBody {
     uint8_t* zany = cv.take<uint8_t>(size_t(u_max) * kDnRows);       // wide: (u, row) one of its chunks is
     uint8_t* rnan = cv.take<uint8_t>(kDnRows);                         // wide: row: a zero-row unit is NaN
     int32_t* real = cv.take<int32_t>(size_t(kMaxTokens) * (kMaxSlots + 1));  // wide: token's distinct experts it uses, ascending, count last
-    float* tv = cv.take<float>(size_t(S) * SL * KC * kDnRows);  // wide, fast path: (k, n, chunk, row) unit x weight of real n
+    float* uv = cv.take<float>(size_t(S) * SL * KC * kDnRows);  // fast path: (k, slot, chunk, row) the task's units
     const uint8_t* mid8 = a.mid8 + size_t(r) * S * SL * I;
     const uint8_t* midsc = a.midsc + size_t(r) * S * SL * IB;
     c.each(256 + S * SL, [&](int i) {
@@ -336,13 +345,32 @@ struct DownBody {
       return a.ex.w2[size_t(r) * cfg.n_experts + e] + size_t(row) * size_t(expert_fp8(cfg, e) ? I : I / 2);
     };
     auto s2_row = [&](int e, int row) { return a.ex.s2[size_t(r) * cfg.n_experts + e] + size_t(row) * IB; };
+    // the fast path's units of the task's rows for every use, into shared memory, an item's 8
+    // loads in flight (read where the chains need them, each chain's load would wait for its add)
+    if (a.units != nullptr)
+      c.each(S * SL * KC, [&](int i) {
+        const int ks = i / KC, p = i % KC;  // floats 32 p .. 32 p + 31 of the use's (row, chunk) block
+        if (!slot_joins(a.live, ks / SL, ks % SL, S, cfg)) return;  // no use: no units
+        const float* up = a.units + ((size_t(r) * S * SL + ks) * HID + size_t(task) * kDnRows) * KC + 32 * p;
+        float v[32];
+K4_MOE_UNROLL
+        for (int j = 0; j < 8; ++j) {
+          const Bytes16 b = load16(reinterpret_cast<const uint8_t*>(up + 4 * j));
+          __builtin_memcpy(v + 4 * j, b.b, 16);
+        }
+K4_MOE_UNROLL
+        for (int j = 0; j < 32; ++j) {
+          const int f = 32 * p + j;
+          uv[(size_t(ks) * KC + f % KC) * kDnRows + f / KC] = v[j];
+        }
+      });
     if (wide) {
-      // the distinct routed experts in id order, the shared one last (seed build_experts)
-      c.each(cfg.n_experts, [&](int e) {
-        bool used = false;
-        for (int ks = 0; ks < S * SL; ++ks)
-          used |= slot_expert(ids + (ks / SL) * SL, ks % SL, cfg) == e && slot_joins(a.live, ks / SL, ks % SL, S, cfg);
-        used_e[e] = used && e != shared ? 1 : 0;
+      // the distinct routed experts in id order, the shared one last (seed build_experts); an
+      // expert's byte is written by each of its uses, all with 1
+      c.each(cfg.n_experts, [&](int e) { used_e[e] = 0; });
+      c.each(S * SL, [&](int ks) {
+        const int e = slot_expert(ids + (ks / SL) * SL, ks % SL, cfg);
+        if (e != shared && slot_joins(a.live, ks / SL, ks % SL, S, cfg)) used_e[e] = 1;
       });
       c.one([&] {
         int nu = 0;
@@ -367,11 +395,20 @@ struct DownBody {
         }
         const int j = i - S * (nu + 1), u = j / kDnRows, rr = j % kDnRows;
         const int e = uexp[u] < cfg.n_experts - 1 ? uexp[u] : cfg.n_experts - 1, row = task * kDnRows + rr;
+        const uint8_t* srow = s2_row(e, row);
         bool any = false;
-        for (int kc = 0; kc < KC; ++kc) {
-          const float z = down_unit(w2_row(e, row), s2_row(e, row), kc, expert_fp8(cfg, e), nullptr, nullptr, dec, fp4) * 0.0f;
-          znan[j * KC + kc] = is_nan(z) ? 1 : 0;
-          any |= is_nan(z);
+        for (int kc0 = 0; kc0 < KC; kc0 += 8) {
+          uint8_t sc[8][4];  // 8 chunks' scales, loaded before the first is used
+K4_MOE_UNROLL
+          for (int h = 0; h < 32; ++h) sc[h / 4][h % 4] = kc0 + h / 4 < KC ? srow[4 * kc0 + h] : 0;
+K4_MOE_UNROLL
+          for (int h = 0; h < 8; ++h) {
+            const int kc = kc0 + h;
+            if (kc >= KC) break;
+            const float z = zero_row_unit(w2_row(e, row), sc[h], kc, expert_fp8(cfg, e), dec, fp4) * 0.0f;
+            znan[j * KC + kc] = is_nan(z) ? 1 : 0;
+            any |= is_nan(z);
+          }
         }
         zany[j] = any ? 1 : 0;
       });
@@ -390,26 +427,6 @@ struct DownBody {
         for (int u = 0; u <= nu; ++u) any |= zany[u * kDnRows + rr] != 0;
         rnan[rr] = any ? 1 : 0;
       });
-      // the fast path: token k's own units times their weights (the chains' terms), an item's
-      // loads all in flight (a chain's loads would each wait for the add before)
-      if (a.units != nullptr)
-        c.each(S * SL * kDnRows, [&](int i) {
-          const int rr = i % kDnRows, n = (i / kDnRows) % SL, k = i / (kDnRows * SL);
-          const int* rl = real + k * (kMaxSlots + 1);
-          if (n >= rl[kMaxSlots]) return;
-          const int slot = slot_for[k * u_max + rl[n]], row = task * kDnRows + rr;
-          const float* up = a.units + (((size_t(r) * S + k) * SL + slot) * HID + row) * KC;
-          const float w = wts[k * SL + slot];
-          float* out = tv + (size_t(k) * SL + n) * KC * kDnRows + rr;
-          for (int kc0 = 0; kc0 < KC; kc0 += 8) {
-            float v[8];
-K4_MOE_UNROLL
-            for (int j = 0; j < 8; ++j) v[j] = kc0 + j < KC ? up[kc0 + j] : 0.0f;
-K4_MOE_UNROLL
-            for (int j = 0; j < 8; ++j)
-              if (kc0 + j < KC) out[size_t(kc0 + j) * kDnRows] = v[j] * w;
-          }
-        });
     }
     c.each(kDnRows * kQuarters * kTokenGroups, [&](int i) {
       const int rr = i % kDnRows, q = (i / kDnRows) % kQuarters, kg = i / (kDnRows * kQuarters);
@@ -420,17 +437,14 @@ K4_MOE_UNROLL
       for (int k = kg; k < S; k += kTokenGroups) {
         const int32_t* idk = ids + size_t(k) * SL;
         auto unit = [&](int s, int kc) {
-          if (a.units != nullptr)  // the fast path's tensor-core units (moe_fast.cu)
-            return a.units[(((size_t(r) * S + k) * SL + s) * HID + row) * KC + kc];
+          if (a.units != nullptr)  // the fast path's tensor-core units (moe_fast.cu), gathered above
+            return uv[((size_t(k) * SL + s) * KC + kc) * kDnRows + rr];
           const int e = slot_expert(idk, s, cfg);
           return down_unit(w2_row(e, row), s2_row(e, row), kc, expert_fp8(cfg, e), mid8 + (size_t(k) * SL + s) * I,
                            midsc + (size_t(k) * SL + s) * IB, dec, fp4);
         };
-        // wide: real unit n of token k (its slot, chunk kc) times its weight, gathered or computed
-        auto term_of = [&](int n, int slot, int kc) {
-          if (a.units != nullptr) return tv[((size_t(k) * SL + n) * KC + kc) * kDnRows + rr];
-          return unit(slot, kc) * wts[k * SL + slot];
-        };
+        // wide: token k's unit of its slot, chunk kc, times its weight
+        auto term_of = [&](int slot, int kc) { return unit(slot, kc) * wts[k * SL + slot]; };
         float* pk = part + (size_t(k) * kDnRows + rr) * kQuarters * 2;
         if (!wide) {
           const int dn_units = top_k * KC, dn_upw = (dn_units + 3) / 4, sh_upw = (KC + 3) / 4;
@@ -460,7 +474,7 @@ K4_MOE_UNROLL
               const int c_raw = q + 4 * h, it = 2 * du + h;
               if (c_raw >= KC) continue;
               if (it > next) acc = acc + 0.0f;
-              acc = acc + term_of(n, slot, c_raw);
+              acc = acc + term_of(slot, c_raw);
               next = it + 1;
             }
           }
@@ -494,7 +508,7 @@ K4_MOE_UNROLL
               for (int dkc = (q - du * KC % 4 + 4) % 4; dkc < KC; dkc += 4) {
                 const int j = du * KC + dkc;
                 if (j > next) acc = acc + 0.0f;
-                acc = acc + term_of(n, slot, dkc);
+                acc = acc + term_of(slot, dkc);
                 next = j + 4;
               }
             }

@@ -47,6 +47,15 @@
 #define K4_PLANT_STAGE -1
 #endif
 
+// K4_UNROLL before a loop of constant trip count: unrolled on NVIDIA, so that the loads it
+// issues are all in flight before the first is used; left to the compiler elsewhere (the host
+// emulation; hipcc, which -Werror would stop on a loop it cannot unroll).
+#if defined(__CUDA_ARCH__)
+#define K4_UNROLL _Pragma("unroll")
+#else
+#define K4_UNROLL
+#endif
+
 namespace k4::gpu {
 
 constexpr int kPlantStage = K4_PLANT_STAGE;

@@ -17,7 +17,17 @@
 namespace k4::gpu {
 namespace {
 
-constexpr int kMaxSplit = 16;
+constexpr int kMaxSplit = 16, kPer = 4;  // partitions; dims a thread (O_K / THREADS: 16 x 128 / 512)
+
+// 4 consecutive bf16 (8-byte aligned), one load on the GPU: the bits, element j in out[j].
+K4_BODY void load4_bf16(uint16_t* out, const uint16_t* p) {
+#if defined(K4_HOST_EMULATION)
+  std::memcpy(out, p, 8);
+#else
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  __builtin_memcpy(out, &v, 8);
+#endif
+}
 
 struct MergeBody {
   MergeArgs a;
@@ -25,7 +35,7 @@ struct MergeBody {
   K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
     const DevCfg& cfg = a.cfg;
     const int k = c.bx, r = c.by, S = a.tokens, OK = cfg.o_k, NS = cfg.n_split, H = cfg.heads, D = cfg.head_dim;
-    const int per = OK / cfg.threads;  // 4 dims a thread
+    constexpr int per = kPer;  // 4 dims a thread (checked at launch)
     SmemCarver cv{smem};
     float* av = cv.take<float>(OK);         // the merged values, bf16-rounded
     float* red = cv.take<float>(cfg.threads);
@@ -34,18 +44,34 @@ struct MergeBody {
     const float* lv = a.l + tk * NS * H;
     c.each(cfg.threads, [&](int tid) {
       const int e0 = tid * per, h = e0 / D;
-      float gm = mv[h];  // gm (seed:L914-L916)
-      for (int i = 1; i < NS; ++i) gm = fmax_ieee(gm, mv[i * H + h]);
-      float sl[kMaxSplit];
-      for (int i = 0; i < NS; ++i) sl[i] = lv[i * H + h] * exp2_approx((mv[i * H + h] - gm) * (K4_MUTANT_ON(30) ? 1.0f : kLog2e));
+      // every load of the thread (each partition's m, l and 4 dims of o) before the arithmetic,
+      // which then runs in the seed's order on registers
+      float mi[kMaxSplit], sl[kMaxSplit];  // sl: l until the scaling below
+      uint16_t ov[kMaxSplit][per];
+K4_UNROLL
+      for (int i = 0; i < kMaxSplit; ++i)
+        if (i < NS) mi[i] = mv[i * H + h], sl[i] = lv[i * H + h], load4_bf16(ov[i], a.o + (tk * NS + i) * OK + e0);
+      float gm = mi[0];  // gm (seed:L914-L916)
+K4_UNROLL
+      for (int i = 1; i < kMaxSplit; ++i)
+        if (i < NS) gm = fmax_ieee(gm, mi[i]);
+K4_UNROLL
+      for (int i = 0; i < kMaxSplit; ++i)
+        if (i < NS) sl[i] = sl[i] * exp2_approx((mi[i] - gm) * (K4_MUTANT_ON(30) ? 1.0f : kLog2e));
       float gs = sl[0];
-      for (int i = 1; i < NS; ++i) gs = gs + sl[i];
+K4_UNROLL
+      for (int i = 1; i < kMaxSplit; ++i)
+        if (i < NS) gs = gs + sl[i];
       gs = gs > 0.0f || K4_MUTANT_ON(28) ? gs : 1.0f;  // gs (seed:L921)
       float amax = 0.0f;
+K4_UNROLL
       for (int j = 0; j < per; ++j) {
         float acc = 0.0f;
-        for (int i0 = 0, i; i0 < NS && (i = K4_MUTANT_ON(23) ? NS - 1 - i0 : i0, true); ++i0) {
-          const float wi = sl[i] / gs, oi = bf16_to_f32(a.o[(tk * NS + i) * OK + e0 + j]);
+K4_UNROLL
+        for (int i0 = 0; i0 < kMaxSplit; ++i0) {
+          if (i0 >= NS) break;
+          const int i = K4_MUTANT_ON(23) ? NS - 1 - i0 : i0;
+          const float wi = sl[i] / gs, oi = bf16_to_f32(ov[i][j]);
           acc = K4_MUTANT_ON(24) ? fma_f32(wi, oi, acc) : K4_MUTANT_ON(25) ? acc + (sl[i] * oi) / gs : acc + wi * oi;
         }
         av[e0 + j] = K4_MUTANT_ON(29) ? bf16_to_f32(mut::bf16_bits_trunc(acc)) : bf16_round(acc);  // bf16_round (seed:L933)
@@ -72,8 +98,9 @@ struct MergeBody {
 
 void launch_merge_partitions(const MergeArgs& a, hipStream_t s) {
   const DevCfg& cfg = a.cfg;
-  if (cfg.n_split > kMaxSplit || cfg.o_k % cfg.threads != 0 || cfg.head_dim % (cfg.o_k / cfg.threads) != 0)
-    throw std::invalid_argument("merge kernel: needs n_split <= 16 and whole dims a thread within one head");
+  if (cfg.n_split > kMaxSplit || cfg.o_k != kPer * cfg.threads || cfg.head_dim % kPer != 0)
+    throw std::invalid_argument("merge kernel: needs n_split <= 16 and 4 dims a thread within one head");
+  if (reinterpret_cast<uintptr_t>(a.o) % 8 != 0) throw std::invalid_argument("merge kernel: o must be 8-byte aligned (a thread's 4 dims are one load)");
   const size_t smem = SmemSize().add<float>(cfg.o_k).add<float>(cfg.threads).used;
   launch(MergeBody{a}, Grid{a.tokens, a.ranks, 1}, cfg.threads, smem, s);
 }

@@ -42,14 +42,6 @@ namespace {
 
 constexpr int kMaxTokens = 16, kMaxSlots = 8;
 
-// Unrolled on NVIDIA (so the loads of an unrolled loop are all in flight); left to the compiler
-// elsewhere (the host emulation; hipcc, which -Werror would stop on a loop it cannot unroll).
-#if defined(__CUDA_ARCH__)
-#define K4_MOE_UNROLL _Pragma("unroll")
-#else
-#define K4_MOE_UNROLL
-#endif
-
 // The E2M1 pair table: byte b -> (value x 2 of its low nibble, of its high nibble).
 K4_BODY void fp4_pair_entry(int32_t* tab, int b) {
   tab[2 * b] = e2m1_to_int_x2(fp4_lo(uint8_t(b)));
@@ -353,12 +345,12 @@ struct DownBody {
         if (!slot_joins(a.live, ks / SL, ks % SL, S, cfg)) return;  // no use: no units
         const float* up = a.units + ((size_t(r) * S * SL + ks) * HID + size_t(task) * kDnRows) * KC + 32 * p;
         float v[32];
-K4_MOE_UNROLL
+K4_UNROLL
         for (int j = 0; j < 8; ++j) {
           const Bytes16 b = load16(reinterpret_cast<const uint8_t*>(up + 4 * j));
           __builtin_memcpy(v + 4 * j, b.b, 16);
         }
-K4_MOE_UNROLL
+K4_UNROLL
         for (int j = 0; j < 32; ++j) {
           const int f = 32 * p + j;
           uv[(size_t(ks) * KC + f % KC) * kDnRows + f / KC] = v[j];
@@ -399,9 +391,9 @@ K4_MOE_UNROLL
         bool any = false;
         for (int kc0 = 0; kc0 < KC; kc0 += 8) {
           uint8_t sc[8][4];  // 8 chunks' scales, loaded before the first is used
-K4_MOE_UNROLL
+K4_UNROLL
           for (int h = 0; h < 32; ++h) sc[h / 4][h % 4] = kc0 + h / 4 < KC ? srow[4 * kc0 + h] : 0;
-K4_MOE_UNROLL
+K4_UNROLL
           for (int h = 0; h < 8; ++h) {
             const int kc = kc0 + h;
             if (kc >= KC) break;
@@ -597,6 +589,7 @@ void launch_experts_down(const DownArgs& a, hipStream_t s) {
   const DevCfg& cfg = a.cfg;
   if (cfg.dn_rows != kDnRows || cfg.hidden % kDnRows != 0 || cfg.inter % 128 != 0 || a.tokens > kMaxTokens)
     throw std::invalid_argument("down kernel: needs 32-row tasks, inter % 128 == 0, S <= 16");
+  if (reinterpret_cast<uintptr_t>(a.units) % 16 != 0) throw std::invalid_argument("down kernel: the units must be 16-byte aligned (16-byte loads)");
   const size_t smem = SmemSize()
                           .add<float>(size_t(a.tokens) * kDnRows * kQuarters * 2)
                           .add<int32_t>(kMaxTokens * 4 + 2)

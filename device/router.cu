@@ -26,6 +26,17 @@ namespace k4::gpu {
 namespace {
 
 constexpr int kBlockK = 32;  // an MXFP8 block
+constexpr int kVec = 8;      // bf16 elements a 16-byte load
+
+// 8 bf16 (16-byte aligned) as floats, one load on the GPU.
+K4_BODY void load8_bf16(float* out, const uint16_t* p) {
+  const Bytes16 b = load16(reinterpret_cast<const uint8_t*>(p));
+  for (int j = 0; j < kVec; ++j) {
+    uint16_t x;
+    __builtin_memcpy(&x, b.b + 2 * j, 2);
+    out[j] = bf16_to_f32(x);
+  }
+}
 
 struct NormBody {
   RouterArgs a;
@@ -38,8 +49,11 @@ struct NormBody {
     float* lanes = cv.take<float>(T);
     float* red = cv.take<float>(cfg.waves + 1);
     const size_t tk = size_t(r) * S + k;
-    c.each(HID, [&](int i) {
-      v[i] = bf16_to_f32(a.a[tk * HID + i]) + bf16_to_f32(a.h_in[size_t(k) * HID + i]);
+    c.each(HID / kVec, [&](int i) {  // 16-byte loads: an item's two in flight at once
+      float x[kVec], y[kVec];
+      load8_bf16(x, a.a + tk * HID + kVec * i);
+      load8_bf16(y, a.h_in + size_t(k) * HID + kVec * i);
+      for (int j = 0; j < kVec; ++j) v[kVec * i + j] = x[j] + y[j];
     });
     c.each(T, [&](int t) {
       float ssw = 0.0f;
@@ -56,16 +70,27 @@ struct NormBody {
     });
     const float rstd = red[cfg.waves];
     const uint16_t* g = a.g_post + size_t(r) * HID;
-    c.each(HID, [&](int i) {
-      const uint16_t x = bf16_bits_rne((v[i] * rstd) * (K4_MUTANT_ON(40) ? bf16_to_f32(g[i]) : bf16_to_f32(g[i]) + 1.0f));
-      a.xn[tk * HID + i] = x;
-      v[i] = bf16_to_f32(x);  // each item reads and writes its own element only
+    c.each(HID / kVec, [&](int i0) {  // each item reads and writes its own 8 elements only
+      float gv[kVec];
+      load8_bf16(gv, g + kVec * i0);
+      Bytes16 xs;
+      for (int j = 0; j < kVec; ++j) {
+        const int i = kVec * i0 + j;
+        const uint16_t x = bf16_bits_rne((v[i] * rstd) * (K4_MUTANT_ON(40) ? gv[j] : gv[j] + 1.0f));
+        __builtin_memcpy(xs.b + 2 * j, &x, 2);
+        v[i] = bf16_to_f32(x);
+      }
+      store16(reinterpret_cast<uint8_t*>(a.xn + tk * HID + kVec * i0), xs);
     });
     c.each(HID / kBlockK, [&](int b) {  // MXFP8 xn (XN_SLICE (seed:L1419-L1442))
       uint8_t q[kBlockK];
       const uint8_t e = mut::mx8_block(K4_MUTANT_ON(47), K4_MUTANT_ON(48), v + b * kBlockK, q);
       if (kPlantStage == 4 && r == 0 && k == 0 && b == 0) q[0] ^= 1;
-      for (int i = 0; i < kBlockK; ++i) a.xn8[tk * HID + b * kBlockK + i] = q[i];
+      Bytes16 lo, hi;
+      __builtin_memcpy(lo.b, q, 16);
+      __builtin_memcpy(hi.b, q + 16, 16);
+      store16(a.xn8 + tk * HID + b * kBlockK, lo);
+      store16(a.xn8 + tk * HID + b * kBlockK + 16, hi);
       a.xsc[tk * (HID / kBlockK) + b] = e;
     });
   }
@@ -97,15 +122,22 @@ struct LogitBody {
         return;
       }
       const uint8_t* gate = reinterpret_cast<const uint8_t*>(a.w_gate + (size_t(r) * E + e) * HID);
-      for (int i = 0; i < HID / 512; ++i) {
-        const int el = (i * 64 + lane) * 8;  // 8 bf16 = 16 bytes of each operand
-        const Bytes16 gw = load16(gate + size_t(el) * 2), xv = load16(xn + size_t(el) * 2);
-        for (int j = 0; j < 4; ++j) {
-          uint32_t gp, xp;
-          __builtin_memcpy(&gp, gw.b + 4 * j, 4);
-          __builtin_memcpy(&xp, xv.b + 4 * j, 4);
-          acc[j] = K4_MUTANT_ON(45) ? mut::fdot2_hi_first(gp, xp, acc[j]) : fdot2_bf16(gp, xp, acc[j]);
+      constexpr int kBatch = 4;  // iterations whose loads are issued before the first's arithmetic
+      for (int i0 = 0; i0 < HID / 512; i0 += kBatch) {
+        Bytes16 gw[kBatch], xv[kBatch];
+K4_UNROLL
+        for (int b = 0; b < kBatch; ++b) {
+          const int el = ((i0 + b) * 64 + lane) * 8;  // 8 bf16 = 16 bytes of each operand
+          if (i0 + b < HID / 512) gw[b] = load16(gate + size_t(el) * 2), xv[b] = load16(xn + size_t(el) * 2);
         }
+K4_UNROLL
+        for (int b = 0; b < kBatch; ++b)
+          for (int j = 0; j < 4 && i0 + b < HID / 512; ++j) {
+            uint32_t gp, xp;
+            __builtin_memcpy(&gp, gw[b].b + 4 * j, 4);
+            __builtin_memcpy(&xp, xv[b].b + 4 * j, 4);
+            acc[j] = K4_MUTANT_ON(45) ? mut::fdot2_hi_first(gp, xp, acc[j]) : fdot2_bf16(gp, xp, acc[j]);
+          }
       }
       lanes[t] = K4_MUTANT_ON(46) ? ((acc[0] + acc[1]) + acc[2]) + acc[3] : (acc[0] + acc[1]) + (acc[2] + acc[3]);
     });
@@ -132,6 +164,9 @@ void launch_route_scores(const RouterArgs& a, hipStream_t s) {
   const DevCfg& cfg = a.cfg;
   if (cfg.hidden % 512 != 0 || cfg.hidden % cfg.threads != 0 || cfg.n_routed % cfg.waves != 0 || cfg.lanes != kWaveLanes)
     throw std::invalid_argument("router kernels: need hidden % 512 == 0, n_routed % 8 == 0, 64-lane waves");
+  for (const void* p : {static_cast<const void*>(a.a), static_cast<const void*>(a.h_in), static_cast<const void*>(a.g_post),
+                        static_cast<const void*>(a.xn), static_cast<const void*>(a.xn8)})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) throw std::invalid_argument("router kernels: the bf16 and E4M3 rows must be 16-byte aligned (16-byte loads)");
   const size_t norm_smem = SmemSize().add<float>(cfg.hidden).add<float>(cfg.threads).add<float>(cfg.waves + 1).used;
   launch(NormBody{a}, Grid{a.tokens, a.ranks, 1}, cfg.threads, norm_smem, s);
   const size_t logit_smem = SmemSize().add<float>(cfg.threads).used;

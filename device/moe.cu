@@ -605,7 +605,12 @@ void launch_experts_down(const DownArgs& a, hipStream_t s) {
                           .add<int32_t>(size_t(kMaxTokens) * (kMaxSlots + 1))
                           .add<float>(size_t(a.tokens) * cfg.moe_slots * (cfg.inter / 128) * kDnRows)
                           .used;
-  launch(DownBody{a}, Grid{cfg.hidden / kDnRows, a.ranks, 1}, kDnRows * kQuarters * kTokenGroups, smem, s);
+  // The body means the same at any thread count; fewer threads a CTA let more CTAs share a SM
+  // (128 registers a thread), so that one CTA's phases run while another waits at a barrier.
+  // Measured on the H200 (docs/performance.md): narrow steps 128, wide steps 256 (their shared
+  // memory allows 2 CTAs a SM).
+  const int threads = a.tokens >= cfg.wide_from ? 256 : 128;
+  launch(DownBody{a}, Grid{cfg.hidden / kDnRows, a.ranks, 1}, threads, smem, s);
 }
 
 }  // namespace k4::gpu

@@ -46,13 +46,16 @@ struct NormBody {
     const int k = c.bx, r = c.by, S = a.tokens, HID = cfg.hidden, T = cfg.threads, re = HID / T;
     SmemCarver cv{smem};
     float* v = cv.take<float>(HID);
+    float* gv = cv.take<float>(HID);  // f32(g) (loaded with v: one round of global loads, not two)
     float* lanes = cv.take<float>(T);
     float* red = cv.take<float>(cfg.waves + 1);
     const size_t tk = size_t(r) * S + k;
-    c.each(HID / kVec, [&](int i) {  // 16-byte loads: an item's two in flight at once
+    const uint16_t* g = a.g_post + size_t(r) * HID;
+    c.each(HID / kVec, [&](int i) {  // 16-byte loads: an item's three in flight at once
       float x[kVec], y[kVec];
       load8_bf16(x, a.a + tk * HID + kVec * i);
       load8_bf16(y, a.h_in + size_t(k) * HID + kVec * i);
+      load8_bf16(gv + kVec * i, g + kVec * i);
       for (int j = 0; j < kVec; ++j) v[kVec * i + j] = x[j] + y[j];
     });
     c.each(T, [&](int t) {
@@ -69,14 +72,11 @@ struct NormBody {
       a.rstd[tk] = canon_nan(rstd);
     });
     const float rstd = red[cfg.waves];
-    const uint16_t* g = a.g_post + size_t(r) * HID;
     c.each(HID / kVec, [&](int i0) {  // each item reads and writes its own 8 elements only
-      float gv[kVec];
-      load8_bf16(gv, g + kVec * i0);
       Bytes16 xs;
       for (int j = 0; j < kVec; ++j) {
         const int i = kVec * i0 + j;
-        const uint16_t x = bf16_bits_rne((v[i] * rstd) * (K4_MUTANT_ON(40) ? gv[j] : gv[j] + 1.0f));
+        const uint16_t x = bf16_bits_rne((v[i] * rstd) * (K4_MUTANT_ON(40) ? gv[i] : gv[i] + 1.0f));
         __builtin_memcpy(xs.b + 2 * j, &x, 2);
         v[i] = bf16_to_f32(x);
       }
@@ -167,7 +167,8 @@ void launch_route_scores(const RouterArgs& a, hipStream_t s) {
   for (const void* p : {static_cast<const void*>(a.a), static_cast<const void*>(a.h_in), static_cast<const void*>(a.g_post),
                         static_cast<const void*>(a.xn), static_cast<const void*>(a.xn8)})
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) throw std::invalid_argument("router kernels: the bf16 and E4M3 rows must be 16-byte aligned (16-byte loads)");
-  const size_t norm_smem = SmemSize().add<float>(cfg.hidden).add<float>(cfg.threads).add<float>(cfg.waves + 1).used;
+  const size_t norm_smem =
+      SmemSize().add<float>(cfg.hidden).add<float>(cfg.hidden).add<float>(cfg.threads).add<float>(cfg.waves + 1).used;
   launch(NormBody{a}, Grid{a.tokens, a.ranks, 1}, cfg.threads, norm_smem, s);
   const size_t logit_smem = SmemSize().add<float>(cfg.threads).used;
   launch(LogitBody{a}, Grid{a.tokens * (cfg.n_routed / cfg.waves), a.ranks, 1}, cfg.threads, logit_smem, s);

@@ -277,10 +277,15 @@ constexpr int kDnRows = 32, kQuarters = 4, kTokenGroups = 4;
 // +0 a block, NaN where an E4M3 weight code is NaN, scaled as any block (a NaN scale: NaN).
 K4_BODY float zero_row_unit(const uint8_t* wrow, const uint8_t* sc4, int kc, bool fp8, const int32_t* dec,
                             const int32_t* fp4) {
+  if (!fp8) {  // E2M1 has no NaN code: each block is scale_block(+0, s, 0), +0 unless s is NaN
+    bool nan = false;
+    for (int j = 0; j < 4; ++j) nan |= e8m0_is_nan(sc4[j]);
+    return nan ? f32_from_bits(kCanonicalNan) : 0.0f;
+  }
   float c = 0.0f;
   for (int b0 = kc * 4, b; b0 < kc * 4 + 4 && (b = K4_MUTANT_ON(74) ? 8 * kc + 3 - b0 : b0, true); ++b0) {
     int32_t wi[kBlockK];
-    const bool wnan = fp8 && decode_weight_block(wi, wrow, b, fp8, dec, fp4);
+    const bool wnan = decode_weight_block(wi, wrow, b, fp8, dec, fp4);
     c = c + scale_block(wnan ? f32_from_bits(kCanonicalNan) : 0.0f, sc4[b - kc * 4], 0);  // block_dot of a zero row
   }
   return c;

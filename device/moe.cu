@@ -25,6 +25,7 @@
 // token group)).
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "device/mutants.hpp"
 #include "device/stages.hpp"
@@ -304,6 +305,44 @@ K4_BODY float down_unit(const uint8_t* wrow, const uint8_t* srow, int kc, bool f
   return c;
 }
 
+// An expert's zero-row flags (ExpertTable::z2, computed once when it is uploaded): the wide
+// step's chains add the zero mid row's unit for every (token, distinct expert) the token does
+// not use, which is +0 unless the unit is NaN; this is that test, the unit times 0 as the
+// chains would form it, for every (row, chunk) of the expert's w2. Bytes: (hidden) "one of the
+// row's chunks is NaN", then (hidden, chunk) each chunk's.
+K4_BODY size_t zero_chunk_flag(int hidden, int row, int KC, int kc) { return size_t(hidden) + size_t(row) * KC + kc; }
+
+constexpr int kZeroFlagRows = 256;  // rows a CTA
+
+struct ZeroRowFlagsBody {
+  ZeroRowFlagsArgs a;
+  template <class Ctx>
+  K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
+    const DevCfg& cfg = a.cfg;
+    const int HID = cfg.hidden, I = cfg.inter, KC = I / 128, IB = I / kBlockK;
+    const bool fp8 = expert_fp8(cfg, a.expert);
+    SmemCarver cv{smem};
+    int32_t* dec = cv.take<int32_t>(256);
+    int32_t* fp4 = cv.take<int32_t>(512);
+    c.each(256, [&](int i) {
+      dec[i] = e4m3_to_int_x512(uint8_t(i));
+      fp4_pair_entry(fp4, i);
+    });
+    c.each(kZeroFlagRows, [&](int i) {
+      const int row = c.bx * kZeroFlagRows + i;
+      if (row >= HID) return;
+      const uint8_t* wrow = a.w2 + size_t(row) * size_t(fp8 ? I : I / 2);
+      bool any = false;
+      for (int kc = 0; kc < KC; ++kc) {
+        const bool nan = is_nan(zero_row_unit(wrow, a.s2 + size_t(row) * IB + 4 * kc, kc, fp8, dec, fp4) * 0.0f);
+        a.flags[zero_chunk_flag(HID, row, KC, kc)] = nan ? 1 : 0;
+        any |= nan;
+      }
+      a.flags[row] = any ? 1 : 0;
+    });
+  }
+};
+
 struct DownBody {
   DownArgs a;
   template <class Ctx>
@@ -322,11 +361,9 @@ struct DownBody {
     uint8_t* used_e = cv.take<uint8_t>(cfg.n_experts);
     int32_t* ids = cv.take<int32_t>(kMaxTokens * kMaxSlots);
     float* wts = cv.take<float>(kMaxTokens * kMaxSlots);
-    uint8_t* znan = cv.take<uint8_t>(size_t(u_max) * kDnRows * KC);  // wide: (u, row, chunk) zero-row unit is NaN
-    uint8_t* zany = cv.take<uint8_t>(size_t(u_max) * kDnRows);       // wide: (u, row) one of its chunks is
     uint8_t* rnan = cv.take<uint8_t>(kDnRows);                         // wide: row: a zero-row unit is NaN
     int32_t* real = cv.take<int32_t>(size_t(kMaxTokens) * (kMaxSlots + 1));  // wide: token's distinct experts it uses, ascending, count last
-    float* uv = cv.take<float>(size_t(S) * SL * KC * kDnRows);  // fast path: (k, slot, chunk, row) the task's units
+    float* uv = cv.take<float>(size_t(S) * SL * kDnRows * KC);  // fast path: (k, slot, row, chunk) the task's units
     const uint8_t* mid8 = a.mid8 + size_t(r) * S * SL * I;
     const uint8_t* midsc = a.midsc + size_t(r) * S * SL * IB;
     c.each(256 + S * SL, [&](int i) {
@@ -342,29 +379,39 @@ struct DownBody {
       return a.ex.w2[size_t(r) * cfg.n_experts + e] + size_t(row) * size_t(expert_fp8(cfg, e) ? I : I / 2);
     };
     auto s2_row = [&](int e, int row) { return a.ex.s2[size_t(r) * cfg.n_experts + e] + size_t(row) * IB; };
-    // the fast path's units of the task's rows for every use, into shared memory, an item's 8
-    // loads in flight (read where the chains need them, each chain's load would wait for its add)
-    if (a.units != nullptr)
-      c.each(S * SL * KC, [&](int i) {
-        const int ks = i / KC, p = i % KC;  // floats 32 p .. 32 p + 31 of the use's (row, chunk) block
-        if (!slot_joins(a.live, ks / SL, ks % SL, S, cfg)) return;  // no use: no units
-        const float* up = a.units + ((size_t(r) * S * SL + ks) * HID + size_t(task) * kDnRows) * KC + 32 * p;
-        float v[32];
+    auto zero_flags = [&](int e) {  // (ZeroRowFlagsBody's layout)
+      return a.ex.z2[size_t(r) * cfg.n_experts + (e < cfg.n_experts - 1 ? e : cfg.n_experts - 1)];
+    };
+    // the fast path's units of the task's rows for every use, copied into shared memory in their
+    // global layout (read where the chains need them, each chain's load would wait for its add):
+    // a use's 32 rows x KC chunks are 8 KC 16-byte pieces; item i copies pieces i + j n_items,
+    // so that a warp's loads are 32 consecutive pieces and a thread's 8 loads are in flight together
+    if (a.units != nullptr) {
+      const int per_use = 8 * KC, n_pieces = S * SL * per_use, n_items = (n_pieces + 7) / 8;
+      c.each(n_items, [&](int i) {
+        Bytes16 v[8];
+        bool got[8];
 K4_UNROLL
         for (int j = 0; j < 8; ++j) {
-          const Bytes16 b = load16(reinterpret_cast<const uint8_t*>(up + 4 * j));
-          __builtin_memcpy(v + 4 * j, b.b, 16);
+          const int piece = i + j * n_items, ks = piece / per_use;
+          got[j] = piece < n_pieces && slot_joins(a.live, ks / SL, ks % SL, S, cfg);  // no use: no units
+          if (got[j])
+            v[j] = load16(reinterpret_cast<const uint8_t*>(a.units + ((size_t(r) * S * SL + ks) * HID + size_t(task) * kDnRows) * KC) +
+                          16 * size_t(piece % per_use));
         }
 K4_UNROLL
-        for (int j = 0; j < 32; ++j) {
-          const int f = 32 * p + j;
-          uv[(size_t(ks) * KC + f % KC) * kDnRows + f / KC] = v[j];
+        for (int j = 0; j < 8; ++j) {
+          if (got[j]) store16(reinterpret_cast<uint8_t*>(uv) + 16 * size_t(i + j * n_items), v[j]);
         }
       });
+    }
     if (wide) {
       // the distinct routed experts in id order, the shared one last (seed build_experts); an
       // expert's byte is written by each of its uses, all with 1
-      c.each(cfg.n_experts, [&](int e) { used_e[e] = 0; });
+      c.each(cfg.n_experts + kDnRows, [&](int i) {
+        if (i < cfg.n_experts) used_e[i] = 0;
+        else rnan[i - cfg.n_experts] = 0;
+      });
       c.each(S * SL, [&](int ks) {
         const int e = slot_expert(ids + (ks / SL) * SL, ks % SL, cfg);
         if (e != shared && slot_joins(a.live, ks / SL, ks % SL, S, cfg)) used_e[e] = 1;
@@ -378,8 +425,9 @@ K4_UNROLL
       });
       const int nu = uexp[kMaxTokens * 4 + 1];
       // token k's slot routed to distinct expert u (seed slot_of / down_tables), or -1: the
-      // zero mid row, whose unit is +0 unless a weight scale is NaN -- the same for every
-      // such token, so computed once a (u, row, chunk) here
+      // zero mid row, whose unit is +0 unless a weight scale (or E4M3 code) is NaN -- the same
+      // for every such token: the expert's zero-row flags, computed when it was uploaded
+      // (ZeroRowFlagsBody); a row's byte is written by each of its flags that is set, all with 1
       c.each(S * (nu + 1) + (nu + 1) * kDnRows, [&](int i) {
         if (i < S * (nu + 1)) {
           const int k = i / (nu + 1), u = i % (nu + 1), e = uexp[u];
@@ -391,147 +439,133 @@ K4_UNROLL
           return;
         }
         const int j = i - S * (nu + 1), u = j / kDnRows, rr = j % kDnRows;
-        const int e = uexp[u] < cfg.n_experts - 1 ? uexp[u] : cfg.n_experts - 1, row = task * kDnRows + rr;
-        const uint8_t* srow = s2_row(e, row);
-        bool any = false;
-        for (int kc0 = 0; kc0 < KC; kc0 += 8) {
-          uint8_t sc[8][4];  // 8 chunks' scales, loaded before the first is used
-K4_UNROLL
-          for (int h = 0; h < 32; ++h) sc[h / 4][h % 4] = kc0 + h / 4 < KC ? srow[4 * kc0 + h] : 0;
-K4_UNROLL
-          for (int h = 0; h < 8; ++h) {
-            const int kc = kc0 + h;
-            if (kc >= KC) break;
-            const float z = zero_row_unit(w2_row(e, row), sc[h], kc, expert_fp8(cfg, e), dec, fp4) * 0.0f;
-            znan[j * KC + kc] = is_nan(z) ? 1 : 0;
-            any |= is_nan(z);
-          }
-        }
-        zany[j] = any ? 1 : 0;
+        if (zero_flags(uexp[u])[task * kDnRows + rr] != 0) rnan[rr] = 1;
       });
       // token k's distinct experts (u with a slot), ascending: the only units of its chains
-      // that are not the zero row's; and each row's flag: one of its zero-row units is NaN
-      c.each(S + kDnRows, [&](int i) {
-        if (i < S) {
-          int n = 0;
-          for (int u = 0; u <= nu; ++u)
-            if (slot_for[i * u_max + u] >= 0) real[i * (kMaxSlots + 1) + n++] = u;
-          real[i * (kMaxSlots + 1) + kMaxSlots] = n;
-          return;
-        }
-        const int rr = i - S;
-        bool any = false;
-        for (int u = 0; u <= nu; ++u) any |= zany[u * kDnRows + rr] != 0;
-        rnan[rr] = any ? 1 : 0;
+      // that are not the zero row's
+      c.each(S, [&](int k) {
+        int n = 0;
+        for (int u = 0; u <= nu; ++u)
+          if (slot_for[k * u_max + u] >= 0) real[k * (kMaxSlots + 1) + n++] = u;
+        real[k * (kMaxSlots + 1) + kMaxSlots] = n;
       });
     }
-    c.each(kDnRows * kQuarters * kTokenGroups, [&](int i) {
-      const int rr = i % kDnRows, q = (i / kDnRows) % kQuarters, kg = i / (kDnRows * kQuarters);
-      const int row = task * kDnRows + rr;
-      // wide: this row's zero-row units are all +0 (no NaN weight scale or code), so a chain
-      // need not visit them (the other tokens' units: all but 5 of up to 65 experts at S = 16)
-      const bool zero_terms_plus0 = wide && (rnan[rr] == 0 || K4_MUTANT_ON(67));
-      for (int k = kg; k < S; k += kTokenGroups) {
-        const int32_t* idk = ids + size_t(k) * SL;
-        auto unit = [&](int s, int kc) {
-          if (a.units != nullptr)  // the fast path's tensor-core units (moe_fast.cu), gathered above
-            return uv[((size_t(k) * SL + s) * KC + kc) * kDnRows + rr];
-          const int e = slot_expert(idk, s, cfg);
-          return down_unit(w2_row(e, row), s2_row(e, row), kc, expert_fp8(cfg, e), mid8 + (size_t(k) * SL + s) * I,
-                           midsc + (size_t(k) * SL + s) * IB, dec, fp4);
-        };
-        // wide: token k's unit of its slot, chunk kc, times its weight
-        auto term_of = [&](int slot, int kc) { return unit(slot, kc) * wts[k * SL + slot]; };
-        float* pk = part + (size_t(k) * kDnRows + rr) * kQuarters * 2;
-        if (!wide) {
-          const int dn_units = top_k * KC, dn_upw = (dn_units + 3) / 4, sh_upw = (KC + 3) / 4;
-          float acc = 0.0f;
-          for (int it = 0; it < dn_upw; ++it) {  // units j = q + 4 it: slot j / KC, chunk j % KC
-            const int j = q + 4 * it, jj = j < dn_units - 1 ? j : dn_units - 1;
-            const float wgt = j < dn_units ? wts[k * SL + jj / KC] : 0.0f;
-            acc = acc + unit(jj / KC, jj % KC) * wgt;
-          }
-          float sh = K4_MUTANT_ON(70) ? acc : 0.0f;
-          for (int it = 0; it < sh_upw; ++it) {  // the shared expert's chunks, clamped
-            const int j = q + 4 * it;
-            const float wgt = j < KC ? cfg.shared_weight : 0.0f;
-            if (!(K4_MUTANT_ON(68) && j >= KC)) sh = sh + unit(top_k, j < KC - 1 ? j : KC - 1) * wgt;
-          }
-          pk[q] = K4_MUTANT_ON(70) ? sh : acc;
-          pk[kQuarters + q] = K4_MUTANT_ON(70) ? 0.0f : sh;
-        } else if (cfg.wide_down_order != 0 && zero_terms_plus0) {
-          // V3 as below, visiting only token k's own units: every other term is +0 here, and a
-          // run of +0 terms is one add of +0 (x + +0 = x but -0 + +0 = +0; +0 + +0 = +0)
-          const int* rl = real + k * (kMaxSlots + 1);
-          float acc = 0.0f;
-          int next = 0;  // the next iteration the loop below would visit
-          for (int n = 0; n < rl[kMaxSlots]; ++n) {
-            const int du = rl[n], slot = slot_for[k * u_max + du];
-            for (int h = 0; h < 2; ++h) {
-              const int c_raw = q + 4 * h, it = 2 * du + h;
-              if (c_raw >= KC) continue;
-              if (it > next) acc = acc + 0.0f;
-              acc = acc + term_of(slot, c_raw);
-              next = it + 1;
+    // the chains, in two copies: the fast path's read their units from uv, the other's compute
+    // them (in one copy the fast path formed the other's operand addresses for every term)
+    auto chain_phase = [&](auto from_units) {
+      constexpr bool kFromUnits = decltype(from_units)::value;
+      c.each(kDnRows * kQuarters * kTokenGroups, [&](int i) {
+        const int rr = i % kDnRows, q = (i / kDnRows) % kQuarters, kg = i / (kDnRows * kQuarters);
+        const int row = task * kDnRows + rr;
+        // wide: this row's zero-row units are all +0 (no NaN weight scale or code), so a chain
+        // need not visit them (the other tokens' units: all but 5 of up to 65 experts at S = 16)
+        const bool zero_terms_plus0 = wide && (rnan[rr] == 0 || K4_MUTANT_ON(67));
+        for (int k = kg; k < S; k += kTokenGroups) {
+          const int32_t* idk = ids + size_t(k) * SL;
+          auto unit = [&](int s, int kc) {
+            if constexpr (kFromUnits) {  // the fast path's tensor-core units (moe_fast.cu), gathered above
+              return uv[((size_t(k) * SL + s) * kDnRows + rr) * KC + kc];
+            } else {
+              const int e = slot_expert(idk, s, cfg);
+              return down_unit(w2_row(e, row), s2_row(e, row), kc, expert_fp8(cfg, e), mid8 + (size_t(k) * SL + s) * I,
+                               midsc + (size_t(k) * SL + s) * IB, dec, fp4);
             }
-          }
-          if (2 * u_max - 1 >= next) acc = acc + 0.0f;
-          pk[q] = acc;
-        } else if (cfg.wide_down_order != 0) {  // V3: expert E_u's chunks q then q + 4, u = 0..nu
-          const int nu = uexp[kMaxTokens * 4 + 1];
-          float acc = 0.0f;
-          for (int it = 0; it < 2 * u_max; ++it) {
-            const int du = it / 2, c_raw = q + 4 * (it % 2), dkc = c_raw < KC - 1 ? c_raw : KC - 1;
-            float term = 0.0f;
-            if (c_raw < KC && du <= nu) {
-              const int slot = slot_for[k * u_max + du];
-              if (slot >= 0) term = unit(slot, dkc) * wts[k * SL + slot];
-              else term = znan[(du * kDnRows + rr) * KC + dkc] ? f32_from_bits(kCanonicalNan) : 0.0f;  // zero row x 0
+          };
+          // wide: token k's unit of its slot, chunk kc, times its weight
+          auto term_of = [&](int slot, int kc) { return unit(slot, kc) * wts[k * SL + slot]; };
+          float* pk = part + (size_t(k) * kDnRows + rr) * kQuarters * 2;
+          if (!wide) {
+            const int dn_units = top_k * KC, dn_upw = (dn_units + 3) / 4, sh_upw = (KC + 3) / 4;
+            float acc = 0.0f;
+            for (int it = 0; it < dn_upw; ++it) {  // units j = q + 4 it: slot j / KC, chunk j % KC
+              const int j = q + 4 * it, jj = j < dn_units - 1 ? j : dn_units - 1;
+              const float wgt = j < dn_units ? wts[k * SL + jj / KC] : 0.0f;
+              acc = acc + unit(jj / KC, jj % KC) * wgt;
             }
-            acc = acc + term;
-          }
-          pk[q] = acc;
-        } else {
-          // the table's units; under shared_fp8 (V6.1) the routed experts' only
-          const int nu = uexp[kMaxTokens * 4 + 1], n_units = (cfg.shared_fp8 ? nu : nu + 1) * KC;
-          const int dn_witers = (u_max * KC + 3) / 4;
-          float acc = 0.0f;
-          if (zero_terms_plus0) {  // as the loop below, visiting only token k's own units (V3's note)
+            float sh = K4_MUTANT_ON(70) ? acc : 0.0f;
+            for (int it = 0; it < sh_upw; ++it) {  // the shared expert's chunks, clamped
+              const int j = q + 4 * it;
+              const float wgt = j < KC ? cfg.shared_weight : 0.0f;
+              if (!(K4_MUTANT_ON(68) && j >= KC)) sh = sh + unit(top_k, j < KC - 1 ? j : KC - 1) * wgt;
+            }
+            pk[q] = K4_MUTANT_ON(70) ? sh : acc;
+            pk[kQuarters + q] = K4_MUTANT_ON(70) ? 0.0f : sh;
+          } else if (cfg.wide_down_order != 0 && zero_terms_plus0) {
+            // V3 as below, visiting only token k's own units: every other term is +0 here, and a
+            // run of +0 terms is one add of +0 (x + +0 = x but -0 + +0 = +0; +0 + +0 = +0)
             const int* rl = real + k * (kMaxSlots + 1);
-            int next = q;  // the next j the loop below would visit
+            float acc = 0.0f;
+            int next = 0;  // the next iteration the loop below would visit
             for (int n = 0; n < rl[kMaxSlots]; ++n) {
               const int du = rl[n], slot = slot_for[k * u_max + du];
-              if (du * KC >= n_units) break;
-              for (int dkc = (q - du * KC % 4 + 4) % 4; dkc < KC; dkc += 4) {
-                const int j = du * KC + dkc;
-                if (j > next) acc = acc + 0.0f;
-                acc = acc + term_of(slot, dkc);
-                next = j + 4;
+              for (int h = 0; h < 2; ++h) {
+                const int c_raw = q + 4 * h, it = 2 * du + h;
+                if (c_raw >= KC) continue;
+                if (it > next) acc = acc + 0.0f;
+                acc = acc + term_of(slot, c_raw);
+                next = it + 1;
               }
             }
-            if (q + 4 * (dn_witers - 1) >= next) acc = acc + 0.0f;
-          }
-          for (int it = 0; !zero_terms_plus0 && it < dn_witers; ++it) {
-            const int j = q + 4 * it;
-            float term = 0.0f;
-            if (j < n_units) {
-              const int du = j / KC < u_max - 1 ? j / KC : u_max - 1, dkc = j % KC;
-              const int slot = slot_for[k * u_max + du];
-              if (slot >= 0) term = unit(slot, dkc) * wts[k * SL + slot];
-              else term = znan[(du * kDnRows + rr) * KC + dkc] && !K4_MUTANT_ON(67) ? f32_from_bits(kCanonicalNan) : 0.0f;  // zero row x 0
+            if (2 * u_max - 1 >= next) acc = acc + 0.0f;
+            pk[q] = acc;
+          } else if (cfg.wide_down_order != 0) {  // V3: expert E_u's chunks q then q + 4, u = 0..nu
+            const int nu = uexp[kMaxTokens * 4 + 1];
+            float acc = 0.0f;
+            for (int it = 0; it < 2 * u_max; ++it) {
+              const int du = it / 2, c_raw = q + 4 * (it % 2), dkc = c_raw < KC - 1 ? c_raw : KC - 1;
+              float term = 0.0f;
+              if (c_raw < KC && du <= nu) {
+                const int slot = slot_for[k * u_max + du];
+                if (slot >= 0) term = unit(slot, dkc) * wts[k * SL + slot];
+                else term = zero_flags(uexp[du])[zero_chunk_flag(HID, row, KC, dkc)] ? f32_from_bits(kCanonicalNan) : 0.0f;  // zero row x 0
+              }
+              acc = acc + term;
             }
-            acc = acc + term;
+            pk[q] = acc;
+          } else {
+            // the table's units; under shared_fp8 (V6.1) the routed experts' only
+            const int nu = uexp[kMaxTokens * 4 + 1], n_units = (cfg.shared_fp8 ? nu : nu + 1) * KC;
+            const int dn_witers = (u_max * KC + 3) / 4;
+            float acc = 0.0f;
+            if (zero_terms_plus0) {  // as the loop below, visiting only token k's own units (V3's note)
+              const int* rl = real + k * (kMaxSlots + 1);
+              int next = q;  // the next j the loop below would visit
+              for (int n = 0; n < rl[kMaxSlots]; ++n) {
+                const int du = rl[n], slot = slot_for[k * u_max + du];
+                if (du * KC >= n_units) break;
+                for (int dkc = (q - du * KC % 4 + 4) % 4; dkc < KC; dkc += 4) {
+                  const int j = du * KC + dkc;
+                  if (j > next) acc = acc + 0.0f;
+                  acc = acc + term_of(slot, dkc);
+                  next = j + 4;
+                }
+              }
+              if (q + 4 * (dn_witers - 1) >= next) acc = acc + 0.0f;
+            }
+            for (int it = 0; !zero_terms_plus0 && it < dn_witers; ++it) {
+              const int j = q + 4 * it;
+              float term = 0.0f;
+              if (j < n_units) {
+                const int du = j / KC < u_max - 1 ? j / KC : u_max - 1, dkc = j % KC;
+                const int slot = slot_for[k * u_max + du];
+                if (slot >= 0) term = unit(slot, dkc) * wts[k * SL + slot];
+                else term = zero_flags(uexp[du])[zero_chunk_flag(HID, row, KC, dkc)] && !K4_MUTANT_ON(67) ? f32_from_bits(kCanonicalNan) : 0.0f;  // zero row x 0
+              }
+              acc = acc + term;
+            }
+            // V6.1: the MXFP8 shared expert's chunks after the table's, chunk c in quarter c mod 4
+            for (int it = 0; cfg.shared_fp8 && it < (KC + 3) / 4; ++it) {
+              const int c_raw = q + 4 * it;
+              const float u = unit(top_k, c_raw < KC - 1 ? c_raw : KC - 1) * wts[k * SL + top_k];
+              acc = acc + (c_raw < KC ? u : 0.0f);
+            }
+            pk[q] = acc;
           }
-          // V6.1: the MXFP8 shared expert's chunks after the table's, chunk c in quarter c mod 4
-          for (int it = 0; cfg.shared_fp8 && it < (KC + 3) / 4; ++it) {
-            const int c_raw = q + 4 * it;
-            const float u = unit(top_k, c_raw < KC - 1 ? c_raw : KC - 1) * wts[k * SL + top_k];
-            acc = acc + (c_raw < KC ? u : 0.0f);
-          }
-          pk[q] = acc;
         }
-      }
-    });
+      });
+    };
+    if (a.units != nullptr) chain_phase(std::true_type{});
+    else chain_phase(std::false_type{});
     c.each(S * kDnRows, [&](int i) {
       const int rr = i % kDnRows, k = i / kDnRows, row = task * kDnRows + rr;
       const float* pk = part + (size_t(k) * kDnRows + rr) * kQuarters * 2;
@@ -590,6 +624,14 @@ void launch_experts_up_gate(const UpGateArgs& a, hipStream_t s) {
   launch(UpGateBody{a}, Grid{max_experts, cfg.inter / kUgRows, a.ranks}, 2 * kUgRows * cfg.waves, smem, s);
 }
 
+size_t zero_row_flags_bytes(const DevCfg& cfg) { return size_t(cfg.hidden) * (1 + cfg.inter / 128); }
+
+void launch_zero_row_flags(const ZeroRowFlagsArgs& a, hipStream_t s) {
+  if (a.cfg.inter % 128 != 0) throw std::invalid_argument("zero-row flags: needs inter % 128 == 0");
+  const size_t smem = SmemSize().add<int32_t>(256).add<int32_t>(512).used;
+  launch(ZeroRowFlagsBody{a}, Grid{(a.cfg.hidden + kZeroFlagRows - 1) / kZeroFlagRows, 1, 1}, 256, smem, s);
+}
+
 void launch_experts_down(const DownArgs& a, hipStream_t s) {
   const DevCfg& cfg = a.cfg;
   if (cfg.dn_rows != kDnRows || cfg.hidden % kDnRows != 0 || cfg.inter % 128 != 0 || a.tokens > kMaxTokens)
@@ -604,8 +646,6 @@ void launch_experts_down(const DownArgs& a, hipStream_t s) {
                           .add<uint8_t>(cfg.n_experts)
                           .add<int32_t>(kMaxTokens * kMaxSlots)
                           .add<float>(kMaxTokens * kMaxSlots)
-                          .add<uint8_t>(size_t(cfg.top_k * a.tokens + 1) * kDnRows * (cfg.inter / 128))
-                          .add<uint8_t>(size_t(cfg.top_k * a.tokens + 1) * kDnRows)
                           .add<uint8_t>(kDnRows)
                           .add<int32_t>(size_t(kMaxTokens) * (kMaxSlots + 1))
                           .add<float>(size_t(a.tokens) * cfg.moe_slots * (cfg.inter / 128) * kDnRows)

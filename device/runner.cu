@@ -61,7 +61,7 @@ class Experts {
   void reset(int ranks, int n_experts) {
     W_ = ranks, n_exp_ = n_experts;
     have_.clear();
-    for (auto* h : {&h_w13_, &h_s13_, &h_w2_, &h_s2_, &h_w13f_, &h_w2f_}) h->assign(size_t(W_) * n_exp_, nullptr);
+    for (auto* h : {&h_w13_, &h_s13_, &h_w2_, &h_s2_, &h_z2_, &h_w13f_, &h_w2f_}) h->assign(size_t(W_) * n_exp_, nullptr);
     dirty_ = true;
   }
   // Uploads every expert ids (W, S, slots) addresses; src_rank[r]: the shard table rank r holds.
@@ -92,6 +92,12 @@ class Experts {
         upload(d.w13, ew->w13), upload(d.s13, ew->s13), upload(d.w2, ew->w2), upload(d.s2, ew->s2);
         const size_t i = size_t(r) * n_exp_ + e;
         h_w13_[i] = d.w13.get(), h_s13_[i] = d.s13.get(), h_w2_[i] = d.w2.get(), h_s2_[i] = d.s2.get();
+        if (d.z2.get() == nullptr) {  // the expert's zero-row flags, from its w2 and s2 on the device
+          const DevCfg dc = dev_cfg(cfg);
+          d.z2.resize(zero_row_flags_bytes(dc));
+          launch_zero_row_flags(ZeroRowFlagsArgs{d.z2.get(), d.w2.get(), d.s2.get(), e, dc}, 0);  // synced below
+          h_z2_[i] = d.z2.get();
+        }
         if (frag) {
           upload(d.w13f, to_fragment_order(ew->w13, H / 2)), upload(d.w2f, to_fragment_order(ew->w2, I / 2));
           h_w13f_[i] = d.w13f.get(), h_w2f_[i] = d.w2f.get();
@@ -99,24 +105,25 @@ class Experts {
         dirty_ = true;
       }
     if (dirty_) {
-      upload(d_w13_, h_w13_), upload(d_s13_, h_s13_), upload(d_w2_, h_w2_), upload(d_s2_, h_s2_);
+      sync();  // the zero-row flags launched above, before any stream's step reads them
+      upload(d_w13_, h_w13_), upload(d_s13_, h_s13_), upload(d_w2_, h_w2_), upload(d_s2_, h_s2_), upload(d_z2_, h_z2_);
       upload(d_w13f_, h_w13f_), upload(d_w2f_, h_w2f_);
       dirty_ = false;
     }
   }
-  ExpertTable table() const { return ExpertTable{d_w13_.get(), d_s13_.get(), d_w2_.get(), d_s2_.get()}; }
+  ExpertTable table() const { return ExpertTable{d_w13_.get(), d_s13_.get(), d_w2_.get(), d_s2_.get(), d_z2_.get()}; }
   // the fast path's: w13 and w2 in fragment order (nullptr where not uploaded: the kernels flag it)
-  ExpertTable fast_table() const { return ExpertTable{d_w13f_.get(), d_s13_.get(), d_w2f_.get(), d_s2_.get()}; }
+  ExpertTable fast_table() const { return ExpertTable{d_w13f_.get(), d_s13_.get(), d_w2f_.get(), d_s2_.get(), d_z2_.get()}; }
 
  private:
   struct Dev {
-    DeviceBuffer<uint8_t> w13, s13, w2, s2, w13f, w2f;
+    DeviceBuffer<uint8_t> w13, s13, w2, s2, z2, w13f, w2f;
   };
   int W_ = 0, n_exp_ = 0;
   bool dirty_ = true;
   std::map<std::pair<int, int>, Dev> have_;
-  std::vector<const uint8_t*> h_w13_, h_s13_, h_w2_, h_s2_, h_w13f_, h_w2f_;
-  DeviceBuffer<const uint8_t*> d_w13_, d_s13_, d_w2_, d_s2_, d_w13f_, d_w2f_;
+  std::vector<const uint8_t*> h_w13_, h_s13_, h_w2_, h_s2_, h_z2_, h_w13f_, h_w2f_;
+  DeviceBuffer<const uint8_t*> d_w13_, d_s13_, d_w2_, d_s2_, d_z2_, d_w13f_, d_w2f_;
 };
 
 }  // namespace

@@ -133,6 +133,7 @@ struct ExpertTable {
   const uint8_t* const* s13;   // (2 inter, hidden / 32) E8M0
   const uint8_t* const* w2;    // (hidden, inter / 2)
   const uint8_t* const* s2;    // (hidden, inter / 32)
+  const uint8_t* const* z2 = nullptr;  // zero_row_flags_bytes: each zero mid row's down unit is NaN (launch_zero_row_flags)
 };
 
 struct UpGateArgs {
@@ -168,6 +169,18 @@ struct DownArgs {
   const float* units = nullptr;
 };
 void launch_experts_down(const DownArgs& a, hipStream_t s);
+// An expert's zero-row flags (ExpertTable::z2), once when it is uploaded: for each row of w2,
+// whether the zero mid row's unit of each 128-k chunk, times 0, is NaN (the wide down's chains
+// add it for the experts a token does not use); (hidden) any chunk's, then (hidden, chunk).
+struct ZeroRowFlagsArgs {
+  uint8_t* flags;              // zero_row_flags_bytes(cfg)
+  const uint8_t* w2;           // the expert's (hidden, inter / 2) or, E4M3, (hidden, inter)
+  const uint8_t* s2;           // (hidden, inter / 32)
+  int expert;
+  DevCfg cfg;
+};
+size_t zero_row_flags_bytes(const DevCfg& cfg);
+void launch_zero_row_flags(const ZeroRowFlagsArgs& a, hipStream_t s);
 // Only the distinct-expert list of launch_experts_up_gate (a.ulist from a.ids).
 void launch_expert_list(const UpGateArgs& a, hipStream_t s);
 

@@ -249,6 +249,36 @@ __global__ void __launch_bounds__(128) e4m3_limbs_kernel(LimbsArgs a) {
   if (valid && t == 0) a.nan[rb] = uint8_t(f);
 }
 
+// The columns' B factors and scales of a pass (fb / sb: (cols, nb)): column u < nu is use
+// uses[u], whose E4M3 row is row0 + uses[u] / per_row of sc / nan ((rows, nb) scales and
+// NaN-block flags); columns past nu are empty (scale 127, factor 0: their outputs are not
+// stored). A thread's loads of 4 items are issued before their stores (the stores to shared
+// memory would otherwise order each item's loads after the last's).
+__device__ inline void fill_b_factors(float* fb, uint8_t* sb, const uint8_t* sc, const uint8_t* nan, const int* uses,
+                                      int nu, int cols, int nb, size_t row0, int per_row) {
+  constexpr int kBatch = 4;
+  const int n = cols * nb, step = int(blockDim.x);
+  for (int i0 = int(threadIdx.x); i0 < n; i0 += kBatch * step) {
+    uint8_t s[kBatch], f[kBatch];
+K4_FAST_UNROLL
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = i0 + j * step, u = i / nb;
+      s[j] = 127, f[j] = 0;
+      if (i < n && u < nu) {
+        const size_t at = (row0 + uses[u] / per_row) * nb + i % nb;
+        s[j] = sc[at], f[j] = nan[at];
+      }
+    }
+K4_FAST_UNROLL
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = i0 + j * step;
+      if (i >= n) break;
+      sb[i] = s[j];
+      fb[i] = i / nb < nu ? b_factor(s[j], f[j] != 0) : 0.0f;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------- up / gate
 // Shared memory of a CTA: the uses, the pass's B factors and scales, the 8 waves' chains, mid.
 // Each thread forms the pointers from the shared arrays themselves (not read from shared
@@ -392,16 +422,7 @@ __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) 
     const int nu = n_use - u0 < kUses ? n_use - u0 : kUses;
     // only the columns this pass's tiles read: two n8 groups, one, or the rotated tiles' one
     const int cols = nu > 8 ? kUses : kRot && nu == 1 ? 1 : 8;
-    for (int i = int(threadIdx.x); i < cols * KB; i += int(blockDim.x)) {
-      const int u = i / KB, b = i % KB;
-      if (u < nu) {
-        const size_t tb = (size_t(r) * S + sm.uses[u0 + u] / SL) * KB + b;
-        sm.sb[i] = a.xsc[tb];
-        sm.fb[i] = b_factor(a.xsc[tb], a.xnan[tb] != 0);
-      } else {
-        sm.sb[i] = 127, sm.fb[i] = 0.0f;  // an empty column: its outputs are not stored
-      }
-    }
+    fill_b_factors(sm.fb, sm.sb, a.xsc, a.xnan, sm.uses + u0, nu, cols, KB, size_t(r) * S, SL);
     __syncthreads();
     if (nu > 8) up_gate_slice<2>(a, r, e, rg, w, sm, u0, nu);
     else if (kRot && nu == 1) up_gate_slice_rot(a, r, e, rg, w, sm, u0);
@@ -561,16 +582,7 @@ __global__ void __launch_bounds__(128) fast_down_units_kernel(FastUnitsArgs a) {
   const int row0 = int(blockIdx.y) * 32 * kDnWarps + 32 * (int(threadIdx.x) / 32);
   for (int u0 = 0; u0 < n_use; u0 += kUses) {
     const int nu = n_use - u0 < kUses ? n_use - u0 : kUses;
-    for (int i = int(threadIdx.x); i < kUses * IB; i += int(blockDim.x)) {
-      const int u = i / IB, b = i % IB;
-      if (u < nu) {
-        const size_t mb = (size_t(r) * S * SL + uses[u0 + u]) * IB + b;
-        sbs[i] = a.midsc[mb];
-        fb[i] = b_factor(a.midsc[mb], a.mnan[mb] != 0);
-      } else {
-        sbs[i] = 127, fb[i] = 0.0f;
-      }
-    }
+    fill_b_factors(fb, sbs, a.midsc, a.mnan, uses + u0, nu, kUses, IB, size_t(r) * S * SL, 1);
     __syncthreads();
     if (nu > 8) down_units_tile<2>(a, r, e, row0, uses, u0, nu, fb, sbs);
     else if (kRot && nu == 1) down_units_rot(a, r, e, row0, uses, u0, fb, sbs);

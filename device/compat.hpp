@@ -14,12 +14,20 @@
 //                    the HIP names __shfl_xor and __shfl are macros for these. Add another
 //                    shuffle here when a kernel first needs it.
 //   k4::DeviceBuffer<T>: an owning device allocation (hipMalloc / hipFree).
+//   k4_launch_dependent(kernel, grid, block, shared_bytes, stream, args...): hipLaunchKernelGGL,
+//                    on NVIDIA (sm_90) as a programmatic dependent launch: the GPU launches the
+//                    kernel as the stream's previous kernel completes, without the gap of a
+//                    plain launch (K4_PDL=0: plain launches, for timing). Such a kernel must call
+//                    k4_grid_dep_start() before its first global memory access: it returns once
+//                    the previous kernel has completed and its writes are visible (and so every
+//                    kernel's before it), so a kernel sees exactly what a plain launch would.
 //
 // Add a mapping here when a kernel needs one more HIP call: never include CUDA headers or
 // call cuda* directly from device/ sources.
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -36,6 +44,9 @@ template <class T>
 __device__ inline T k4_shfl_xor(T v, int lane_mask, int width = K4_WARP_SIZE) { return __shfl_xor(v, lane_mask, width); }
 template <class T>
 __device__ inline T k4_shfl(T v, int src_lane, int width = K4_WARP_SIZE) { return __shfl(v, src_lane, width); }
+
+#define k4_launch_dependent(...) hipLaunchKernelGGL(__VA_ARGS__)
+__device__ inline void k4_grid_dep_start() {}
 
 #elif defined(__CUDACC__)
 // ------------------------------------------------------------------------------ NVIDIA (CUDA)
@@ -122,6 +133,35 @@ inline cudaError_t k4_graph_instantiate(cudaGraphExec_t* e, cudaGraph_t g) { ret
 
 #define hipLaunchKernelGGL(kernel, grid, block, shmem, stream, ...) \
   (kernel)<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
+
+inline bool k4_pdl_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("K4_PDL");
+    return e == nullptr || e[0] != '0';
+  }();
+  return on;
+}
+// The launch's error is left for K4_HIP_CHECK_LAUNCH (cudaGetLastError), as a <<<>>> launch's.
+template <class... P, class... A>
+inline void k4_launch_dependent_ex(void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem, cudaStream_t stream, A&&... args) {
+  cudaLaunchAttribute at{};
+  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t c{};
+  c.gridDim = grid, c.blockDim = block, c.dynamicSmemBytes = shmem, c.stream = stream;
+  c.attrs = &at, c.numAttrs = k4_pdl_on() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&c, kernel, static_cast<A&&>(args)...);
+}
+#define k4_launch_dependent(kernel, grid, block, shmem, stream, ...) \
+  k4_launch_dependent_ex((kernel), dim3(grid), dim3(block), size_t(shmem), (stream), __VA_ARGS__)
+// First in a kernel launched by k4_launch_dependent: wait for the previous kernel. No kernel
+// triggers its dependents early (griddepcontrol.launch_dependents at a kernel's start measured
+// slower: docs/performance.md).
+__device__ inline void k4_grid_dep_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 // HIP's thread-index spellings.
 #define hipThreadIdx_x threadIdx.x

@@ -93,6 +93,7 @@ struct BlockCtx {
 template <class Body>
 __global__ void __launch_bounds__(512) block_kernel(Body body) {
   extern __shared__ __align__(16) unsigned char k4_smem[];
+  k4_grid_dep_start();
   BlockCtx c{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), int(blockDim.x)};
   body(c, k4_smem);
 }
@@ -123,7 +124,7 @@ void launch(const Body& body, Grid grid, int threads, size_t smem_bytes, hipStre
                                      hipFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
     allowed = smem_bytes;
   }
-  hipLaunchKernelGGL(block_kernel<Body>, dim3(unsigned(grid.x), unsigned(grid.y), unsigned(grid.z)),
+  k4_launch_dependent(block_kernel<Body>, dim3(unsigned(grid.x), unsigned(grid.y), unsigned(grid.z)),
                      dim3(unsigned(threads)), smem_bytes, stream, body);
   K4_HIP_CHECK_LAUNCH();
 #endif

@@ -223,6 +223,7 @@ __device__ inline int build_uses(int* uses, uint8_t* hit, const int32_t* ids, in
 
 // ------------------------------------------------------------------------------ limbs
 __global__ void __launch_bounds__(128) e4m3_limbs_kernel(LimbsArgs a) {
+  k4_grid_dep_start();
   const int NB = a.n / 32;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (row, block, lane t)
   const bool valid = i < size_t(a.rows) * NB * 4;
@@ -396,6 +397,7 @@ K4_FAST_UNROLL
 // (docs/performance.md). The bits cannot change: the same instructions, other registers.
 template <bool kRot>
 __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) {
+  k4_grid_dep_start();
   extern __shared__ __align__(16) unsigned char dyn[];
   __shared__ int uses[kMaxUseList];
   __shared__ __align__(4) uint8_t hit[kMaxUseList + 3];
@@ -564,6 +566,7 @@ constexpr int kDnWarps = 4;  // 32 rows a warp, 128 a CTA
 
 template <bool kRot>
 __global__ void __launch_bounds__(128) fast_down_units_kernel(FastUnitsArgs a) {
+  k4_grid_dep_start();
   __shared__ int uses[kMaxUseList];
   __shared__ __align__(4) uint8_t hit[kMaxUseList + 3];
   __shared__ float fb[kUses * 32];  // (kUses, IB <= 32)
@@ -611,7 +614,7 @@ void launch_e4m3_limbs(const LimbsArgs& a, hipStream_t s) {
   if (a.n % 32 != 0) throw std::invalid_argument("e4m3_limbs: rows must be whole 32-blocks");
   const size_t threads = size_t(a.rows) * (a.n / 32) * 4;
   if (threads == 0) return;
-  hipLaunchKernelGGL(e4m3_limbs_kernel, dim3(unsigned((threads + 127) / 128)), dim3(128), 0, s, a);
+  k4_launch_dependent(e4m3_limbs_kernel, dim3(unsigned((threads + 127) / 128)), dim3(128), 0, s, a);
   K4_HIP_CHECK_LAUNCH();
 }
 
@@ -628,7 +631,7 @@ void launch_fast_up_gate(const FastUpGateArgs& a, hipStream_t s) {
   }
   const int max_experts = std::min(cfg.n_experts, cfg.top_k * a.tokens + 1);
   void (*const kernel)(FastUpGateArgs) = rot ? &fast_up_gate_kernel<true> : &fast_up_gate_kernel<false>;
-  hipLaunchKernelGGL(kernel, dim3(unsigned(max_experts), unsigned(cfg.inter / 32), unsigned(a.ranks)),
+  k4_launch_dependent(kernel, dim3(unsigned(max_experts), unsigned(cfg.inter / 32), unsigned(a.ranks)),
                      dim3(32 * cfg.waves), smem, s, a);
   K4_HIP_CHECK_LAUNCH();
 }
@@ -639,7 +642,7 @@ void launch_fast_down_units(const FastUnitsArgs& a, hipStream_t s) {
     throw std::invalid_argument("fast down: this config is not supported");
   const int max_experts = std::min(cfg.n_experts, cfg.top_k * a.tokens + 1);
   void (*const kernel)(FastUnitsArgs) = fast_rot() ? &fast_down_units_kernel<true> : &fast_down_units_kernel<false>;
-  hipLaunchKernelGGL(kernel,
+  k4_launch_dependent(kernel,
                      dim3(unsigned(max_experts), unsigned(cfg.hidden / (32 * kDnWarps)), unsigned(a.ranks)),
                      dim3(32 * kDnWarps), 0, s, a);
   K4_HIP_CHECK_LAUNCH();

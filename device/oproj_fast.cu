@@ -92,6 +92,7 @@ K4_FAST_UNROLL
 
 template <int NT>
 __global__ void __launch_bounds__(kWarps * 32) fast_o_proj_kernel(FastOprojArgs fa) {
+  k4_grid_dep_start();
   extern __shared__ __align__(16) unsigned char smem[];
   const OprojArgs& a = fa.o;
   const DevCfg& cfg = a.cfg;
@@ -162,9 +163,9 @@ void launch_fast_o_proj(const FastOprojArgs& fa, hipStream_t s) {
                       size_t(a.cfg.o_k / 32) * sizeof(uint16_t);
   const dim3 grid(unsigned(a.cfg.hidden / kRows), unsigned(a.ranks)), block(kWarps * 32);
   if (a.tokens <= 8)
-    hipLaunchKernelGGL(fast_o_proj_kernel<1>, grid, block, smem, s, fa);
+    k4_launch_dependent(fast_o_proj_kernel<1>, grid, block, smem, s, fa);
   else
-    hipLaunchKernelGGL(fast_o_proj_kernel<2>, grid, block, smem, s, fa);
+    k4_launch_dependent(fast_o_proj_kernel<2>, grid, block, smem, s, fa);
   K4_HIP_CHECK_LAUNCH();
 }
 #endif

@@ -58,9 +58,7 @@ struct Lane {
 };
 
 // Block b: the exact sums of the tile against every column group, the block values, the chains.
-// kOne (S = 1): no lane's odd register holds a token (2t + 1 >= 1), so their block values,
-// never stored, are not formed: half of the epilogue's instructions.
-template <int NT, bool kOne>
+template <int NT>
 __device__ inline void block_step(Lane<NT>& L, const uint2& lo, const uint2& hi, int b, const uint32_t* dec,
                                   const uint16_t* xmask) {
   FragA A[3];
@@ -84,7 +82,6 @@ K4_FAST_UNROLL
     mma_f8f8(E, A, B);
 K4_FAST_UNROLL
     for (int i = 0; i < 4; ++i) {
-      if (kOne && i % 2 == 1) continue;
       const int k = 8 * n + 2 * L.t + i % 2;
       const int64_t S = sum_f8f8(E, i);
       const bool nan = ((rn >> (i / 2)) & 1) != 0 || ((xm >> k) & 1u) != 0;
@@ -93,7 +90,7 @@ K4_FAST_UNROLL
   }
 }
 
-template <int NT, bool kOne>
+template <int NT>
 __global__ void __launch_bounds__(kWarps * 32) fast_o_proj_kernel(FastOprojArgs fa) {
   k4_grid_dep_start();
   extern __shared__ __align__(16) unsigned char smem[];
@@ -136,7 +133,7 @@ K4_FAST_UNROLL
       if (b < QB) {
         const uint2 lo = ring[j][0], hi = ring[j][1];
         if (b + kAhead < QB) ring[j][0] = load_w(w_lo + 32 * (b + kAhead)), ring[j][1] = load_w(w_hi + 32 * (b + kAhead));
-        block_step<NT, kOne>(L, lo, hi, q * QB + b, dec, xmask);
+        block_step<NT>(L, lo, hi, q * QB + b, dec, xmask);
       }
     }
   }
@@ -165,12 +162,10 @@ void launch_fast_o_proj(const FastOprojArgs& fa, hipStream_t s) {
   const size_t smem = 256 * sizeof(uint32_t) + size_t(kQuarters) * kRows * kMaxTokens * sizeof(float) +
                       size_t(a.cfg.o_k / 32) * sizeof(uint16_t);
   const dim3 grid(unsigned(a.cfg.hidden / kRows), unsigned(a.ranks)), block(kWarps * 32);
-  if (a.tokens == 1)
-    k4_launch_dependent((fast_o_proj_kernel<1, true>), grid, block, smem, s, fa);
-  else if (a.tokens <= 8)
-    k4_launch_dependent((fast_o_proj_kernel<1, false>), grid, block, smem, s, fa);
+  if (a.tokens <= 8)
+    k4_launch_dependent(fast_o_proj_kernel<1>, grid, block, smem, s, fa);
   else
-    k4_launch_dependent((fast_o_proj_kernel<2, false>), grid, block, smem, s, fa);
+    k4_launch_dependent(fast_o_proj_kernel<2>, grid, block, smem, s, fa);
   K4_HIP_CHECK_LAUNCH();
 }
 #endif

@@ -20,7 +20,8 @@
 //                    plain launch (K4_PDL=0: plain launches, for timing). Such a kernel must call
 //                    k4_grid_dep_start() before its first global memory access: it returns once
 //                    the previous kernel has completed and its writes are visible (and so every
-//                    kernel's before it), so a kernel sees exactly what a plain launch would.
+//                    kernel's before it), so a kernel sees exactly what a plain launch would
+//                    (tests/cpu/test_device_launches.cpp checks every kernel of device/ does).
 //
 // Add a mapping here when a kernel needs one more HIP call: never include CUDA headers or
 // call cuda* directly from device/ sources.

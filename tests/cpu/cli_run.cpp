@@ -40,6 +40,8 @@ std::string k4_bin() {
   return fs::exists(p) ? p.string() : "";
 }
 
+fs::path source_root() { return fs::weakly_canonical(fs::absolute(__FILE__)).parent_path().parent_path().parent_path(); }
+
 TempDir::TempDir(const std::string& tag) {
   static int n = 0;
   dir = fs::temp_directory_path() / ("k4_test_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++));

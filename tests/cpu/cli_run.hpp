@@ -15,6 +15,9 @@ namespace k4::cli {
 // The k4 binary: $K4_BIN, else "k4" beside the running test binary; "" if neither.
 std::string k4_bin();
 
+// The repository root these tests were built from (for the tests that read its sources).
+std::filesystem::path source_root();
+
 // A fresh directory under the system temp dir, removed (with everything in it) at scope exit.
 struct TempDir {
   std::filesystem::path dir;

@@ -47,8 +47,8 @@ using k4::cli::TempDir;
 
 namespace {
 
-fs::path source_dir() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
-std::string libhdf5_input(const std::string& name) { return (source_dir() / "tests/fuzz/libhdf5" / name).string(); }
+using k4::cli::source_root;
+std::string libhdf5_input(const std::string& name) { return (source_root() / "tests/fuzz/libhdf5" / name).string(); }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

@@ -13,27 +13,21 @@
 
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/cpu/cli_run.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path source_dir() { return fs::weakly_canonical(fs::absolute(__FILE__)).parent_path().parent_path().parent_path(); }
-
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using k4::cli::slurp;
+using k4::cli::source_root;
 
 // The text with // and /* */ comments blanked (string literals in device/ hold no comment marks
 // that matter here).
@@ -111,10 +105,10 @@ std::vector<std::string> launch_violations(const std::map<std::string, std::stri
 
 std::map<std::string, std::string> device_sources() {
   std::map<std::string, std::string> out;
-  for (const auto& e : fs::recursive_directory_iterator(source_dir() / "device")) {
+  for (const auto& e : fs::recursive_directory_iterator(source_root() / "device")) {
     const std::string ext = e.path().extension().string();
     if (e.path().filename() == "compat.hpp" || (ext != ".cu" && ext != ".hpp" && ext != ".cpp")) continue;
-    out[fs::relative(e.path(), source_dir()).string()] = read_file(e.path());
+    out[fs::relative(e.path(), source_root()).string()] = slurp(e.path().string());
   }
   return out;
 }

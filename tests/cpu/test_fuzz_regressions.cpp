@@ -20,6 +20,7 @@
 #include "golden/diff/compare.hpp"
 #include "golden/inputs/scenario.hpp"
 #include "golden/format/schema.hpp"
+#include "tests/cpu/cli_run.hpp"
 #include "tests/fuzz/golden_edits.hpp"
 
 namespace fs = std::filesystem;
@@ -27,8 +28,8 @@ using namespace k4;
 
 namespace {
 
-fs::path source_dir() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
-fs::path regressions(const std::string& target) { return source_dir() / "tests" / "fuzz" / "regressions" / target; }
+using k4::cli::source_root;
+fs::path regressions(const std::string& target) { return source_root() / "tests" / "fuzz" / "regressions" / target; }
 
 // The fuzzer's bases, made once for the whole suite in a directory removed at exit.
 struct Bases {

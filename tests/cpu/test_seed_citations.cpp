@@ -13,11 +13,12 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/cpu/cli_run.hpp"
 
 namespace fs = std::filesystem;
 
@@ -26,14 +27,8 @@ namespace {
 constexpr int kSlack = 3;  // "at the cited line, within a few lines"
 const char* const kSeedName = "001_abb1f7ec88a03be0.txt";
 
-fs::path source_dir() { return fs::weakly_canonical(fs::absolute(__FILE__)).parent_path().parent_path().parent_path(); }
-
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+using k4::cli::slurp;
+using k4::cli::source_root;
 
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> out;
@@ -108,14 +103,14 @@ std::vector<std::string> check_text(const std::string& text, const std::string& 
   return bad;
 }
 
-std::vector<std::string> vendored_seed() { return split_lines(read_file(source_dir() / "docs/seed" / kSeedName)); }
+std::vector<std::string> vendored_seed() { return split_lines(slurp(source_root() / "docs/seed" / kSeedName)); }
 
 // The files whose citations are checked, relative to the source tree.
 std::vector<fs::path> cited_files() {
   std::vector<fs::path> out;
   for (const char* tree : {"reference", "device"})
-    for (const auto& e : fs::recursive_directory_iterator(source_dir() / tree))
-      if (e.is_regular_file()) out.push_back(fs::relative(e.path(), source_dir()));
+    for (const auto& e : fs::recursive_directory_iterator(source_root() / tree))
+      if (e.is_regular_file()) out.push_back(fs::relative(e.path(), source_root()));
   out.push_back("docs/numerics.md");
   std::sort(out.begin(), out.end());
   return out;
@@ -128,9 +123,9 @@ TEST_SUITE("seed_citations") {
     const std::vector<std::string> seed = vendored_seed();
     REQUIRE(seed.size() > 2000);
     CHECK(seed[1175].rfind("def route_top4(", 0) == 0);  // a known line, so the numbering is grep -n's
-    const fs::path shared = source_dir().parent_path() / "shared" / "seeds" / kSeedName;
+    const fs::path shared = source_root().parent_path() / "shared" / "seeds" / kSeedName;
     if (fs::exists(shared))
-      CHECK_MESSAGE(read_file(shared) == read_file(source_dir() / "docs/seed" / kSeedName),
+      CHECK_MESSAGE(slurp(shared) == slurp(source_root() / "docs/seed" / kSeedName),
                     "docs/seed/ differs from ", shared.string(), ": copy it again");
     else
       MESSAGE("no ", shared.string(), " beside the tree: the vendored copy is used as it is");
@@ -163,7 +158,7 @@ TEST_SUITE("seed_citations") {
     int n_cited = 0;
     std::vector<std::string> bad;
     for (const fs::path& f : cited_files())
-      for (auto& b : check_text(read_file(source_dir() / f), f.string(), seed, &n_cited)) bad.push_back(b);
+      for (auto& b : check_text(slurp(source_root() / f), f.string(), seed, &n_cited)) bad.push_back(b);
     for (const std::string& b : bad) FAIL_CHECK(b);
     CHECK(n_cited > 150);  // the trees do cite: a walk that found nothing cannot pass
     MESSAGE(n_cited, " citations checked");

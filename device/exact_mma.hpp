@@ -118,7 +118,9 @@ K4_HD uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 // sign-replicate bit, 0 in every TP byte and 1 in TQ's bytes 1..7.
 constexpr uint32_t kTpLo = 0x04030200u, kTpHi = 0x0d090705u;  // {0, 2, 3, 4, 5, 7, 9, 13}
 constexpr uint32_t kTqLo = 0xfdfeff00u, kTqHi = 0xf4f8fafcu;  // {0, -1, -2, -3, -4, -6, -8, -12}
-// 4 codes (the low 4 nibbles of `codes`) -> P and Q words, byte i from nibble i.
+// 4 codes (the low 4 nibbles of `codes`) -> P and Q words, byte i from nibble i. The upper 16
+// bits are ignored (PRMT reads a selector's low 16 bits), so a caller passes a word of 8 codes
+// whole for its low 4 and shifts it for its high 4 (moe_fast.cu's a_pq).
 K4_HD void e2m1_pq4(uint32_t codes, uint32_t& p, uint32_t& q) {
 #if defined(__CUDA_ARCH__)
   // prmt.b32 in its default mode: a selector nibble's bit 3 replicates the sign (PTX ISA)

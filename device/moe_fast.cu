@@ -83,10 +83,11 @@ __device__ inline float cvt_rn(int32_t S) {
 // several a value, so that the block epilogues of a tile, most of the kernels' instructions,
 // schedule together).
 
-// A fragments (P and Q) of one 16 x 32 tile: w_lo / w_hi = word j of rows g and g + 8.
+// A fragments (P and Q) of one 16 x 32 tile: w_lo / w_hi = word j of rows g and g + 8. The low
+// halves go in whole: e2m1_pq4 reads a selector's low 16 bits only.
 __device__ inline void a_pq(uint32_t w_lo, uint32_t w_hi, FragA& P, FragA& Q) {
-  e2m1_pq4(w_lo & 0xFFFFu, P.r[0], Q.r[0]);
-  e2m1_pq4(w_hi & 0xFFFFu, P.r[1], Q.r[1]);
+  e2m1_pq4(w_lo, P.r[0], Q.r[0]);
+  e2m1_pq4(w_hi, P.r[1], Q.r[1]);
   e2m1_pq4(w_lo >> 16, P.r[2], Q.r[2]);
   e2m1_pq4(w_hi >> 16, P.r[3], Q.r[3]);
 }

@@ -29,9 +29,11 @@ __global__ void __launch_bounds__(128) tile_kernel(int pair, int gather, const T
   lane_outputs(p, t, l, d, out + w * 128);
 }
 
+// Selector i with other codes above it (moe_fast.cu's a_pq passes whole words): the decode must
+// read the low 16 bits only.
 __global__ void pq_kernel(uint32_t* p, uint32_t* q) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < 65536u) e2m1_pq4(i, p[i], q[i]);
+  if (i < 65536u) e2m1_pq4(i | (i * 0x9E37u + 0x5A5Au) << 16, p[i], q[i]);
 }
 
 }  // namespace

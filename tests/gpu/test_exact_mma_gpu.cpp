@@ -60,7 +60,7 @@ void run_pair(Pair p, const char* name) {
 }  // namespace
 
 TEST_SUITE("gpu_exact_mma") {
-  TEST_CASE("the PRMT pair decode of E2M1 on the device: P + Q = 2 x E2M1, every 4 codes") {
+  TEST_CASE("the PRMT pair decode of E2M1 on the device: P + Q = 2 x E2M1, every 4 codes, upper codes ignored") {
     std::vector<uint32_t> p(65536), q(65536);
     k4::gpu::e2m1_pq_all(p.data(), q.data());
     size_t bad = 0;

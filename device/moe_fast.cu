@@ -10,7 +10,8 @@
 //                   expert's (token, slot) uses (2 n8 column groups); each lane's chains run
 //                   over the blocks in order (c = c + block), then g = 0 + c_0 + .. + c_7 in
 //                   shared memory, swiglu, bf16, the MXFP8 block of the 32 rows; a pass of one
-//                   use runs the rotated tiles (tile_rot: 4 blocks' limb sums in one n8 tile)
+//                   or two uses runs the rotated tiles (tile_rot: 4 blocks' limb sums in one
+//                   n8 tile)
 //   fast_down_units CTA = (expert, 128 rows, rank), warp = 32 rows: every 128-k unit
 //                   (c = 0; c = c + block, 4 blocks) of the expert's uses into DownArgs::units;
 //                   moe.cu's down kernel then assembles them in the narrow or wide order.
@@ -143,54 +144,76 @@ K4_FAST_UNROLL
   }
 }
 
-// One use (a single B column) by column rotation: block b0 + j's lo and mid limbs in columns
-// 2j, 2j + 1 of accumulator D[0], its hi limb in column 2j of D[1], so after the 4 blocks of a
-// 64-byte group lane (g, t) holds block b0 + t's three limb sums of rows g and g + 8 -- every lane
-// one block value a row instead of 1 lane in 8. Lane (g, t) feeds column g of every block's B:
-// lm / hv = limb g % 2 / limb 2 (g even; else 0) of block b0 + g / 2, used in MMA j = g / 2 and
-// 0 in the others. The same exact sums as tile_block's (each column only ever holds one block's
-// products), the same block values, and the rows' chains c = c + value over the 4 blocks in order
-// (block b0 + j's value from lane (g, j)), so the same bits.
-__device__ inline void tile_rot(float (&c)[2], const uint4& w_lo, const uint4& w_hi, uint32_t s_lo, uint32_t s_hi,
-                                const uint2& lm, const uint2& hv, const float* fb, const uint8_t* sb, int b0, int g,
-                                int t) {
-  FragC D[2] = {};
+// One or two uses by column rotation: each n8 accumulator holds 4 blocks' limb sums, block
+// b0 + j in columns 2j, 2j + 1, so after the 4 blocks of a 64-byte group lane (g, t) holds block
+// b0 + t's three limb sums of rows g and g + 8 for every use -- every lane one block value a
+// (row, use) instead of 1 lane in 8 (tile_block's columns). The accumulators, a column pair each:
+//   N = 1: D0 = (lo, mid) of the use, D1 = (hi, 0);
+//   N = 2: D0 = (lo, mid) of use 0, D1 = (hi of use 0, hi of use 1), D2 = (lo, mid) of use 1.
+// Lane (g, t) feeds column g of every block's B (rot_b: its words of block b0 + g / 2), used in
+// MMA j = g / 2 and 0 in the others. The same exact sums as tile_block's (each column only ever
+// holds one block's products), the same block values, and each (row, use) chain c = c + value
+// over the 4 blocks in order (block b0 + j's value from lane (g, j)), so the same bits.
+template <int N>
+inline constexpr int rot_accs = N == 1 ? 2 : 3;
+template <int N>
+__device__ inline void tile_rot(float (&c)[2][N], const uint4& w_lo, const uint4& w_hi, uint32_t s_lo, uint32_t s_hi,
+                                const uint2 (&bw)[rot_accs<N>], const float* fb, const uint8_t* sb, int stride, int b0,
+                                int g, int t) {
+  static_assert(N == 1 || N == 2, "the rotated tiles hold one or two uses");
+  constexpr int NA = rot_accs<N>;
+  FragC D[NA] = {};
 K4_FAST_UNROLL
   for (int j = 0; j < 4; ++j) {
     FragA P, Q;
     a_pq(word_of(w_lo, j), word_of(w_hi, j), P, Q);
     const bool mine = g / 2 == j;
-    FragB Blm, Bh;
-    Blm.r[0] = mine ? lm.x : 0u, Blm.r[1] = mine ? lm.y : 0u;
-    Bh.r[0] = mine ? hv.x : 0u, Bh.r[1] = mine ? hv.y : 0u;
-    mma_s8(D[0], P, Blm);
-    mma_s8(D[0], Q, Blm);
-    mma_s8(D[1], P, Bh);
-    mma_s8(D[1], Q, Bh);
+K4_FAST_UNROLL
+    for (int k = 0; k < NA; ++k) {
+      FragB B;
+      B.r[0] = mine ? bw[k].x : 0u, B.r[1] = mine ? bw[k].y : 0u;
+      mma_s8(D[k], P, B);
+      mma_s8(D[k], Q, B);
+    }
   }
   const int b = b0 + t;
-  const uint8_t sa0 = uint8_t(s_lo >> (8 * t)), sa1 = uint8_t(s_hi >> (8 * t));
-  const float f = fb[b];
-  const float s0 = cvt_rn(D[0].r[0] + 128 * D[0].r[1] + 16384 * D[1].r[0]);
-  const float s1 = cvt_rn(D[0].r[2] + 128 * D[0].r[3] + 16384 * D[1].r[2]);
-  float v0 = block_fast(s0, sa_factor(sa0), f), v1 = block_fast(s1, sa_factor(sa1), f);
-  if (sa0 > kBlockFastMaxSa || sa1 > kBlockFastMaxSa) {  // as in tile_block
-    if (sa0 > kBlockFastMaxSa) v0 = block_edge(s0, sa0, f, sb[b]);
-    if (sa1 > kBlockFastMaxSa) v1 = block_edge(s1, sa1, f, sb[b]);
+  const uint8_t sa[2] = {uint8_t(s_lo >> (8 * t)), uint8_t(s_hi >> (8 * t))};  // rows g, g + 8
+  float S[2][N], v[2][N];
+K4_FAST_UNROLL
+  for (int h = 0; h < 2; ++h)
+K4_FAST_UNROLL
+    for (int u = 0; u < N; ++u) {
+      const FragC& L = D[u == 0 ? 0 : 2];  // (lo, mid) of use u: elements 2h, 2h + 1
+      S[h][u] = cvt_rn(L.r[2 * h] + 128 * L.r[2 * h + 1] + 16384 * D[1].r[2 * h + (N == 1 ? 0 : u)]);
+      v[h][u] = block_fast(S[h][u], sa_factor(sa[h]), fb[u * stride + b]);
+    }
+  if (sa[0] > kBlockFastMaxSa || sa[1] > kBlockFastMaxSa) {  // as in tile_block
+K4_FAST_UNROLL
+    for (int h = 0; h < 2; ++h)
+K4_FAST_UNROLL
+      for (int u = 0; u < N; ++u)
+        if (sa[h] > kBlockFastMaxSa) v[h][u] = block_edge(S[h][u], sa[h], fb[u * stride + b], sb[u * stride + b]);
   }
 K4_FAST_UNROLL
-  for (int j = 0; j < 4; ++j) {
-    const float x0 = f32_from_bits(lane_shfl(f32_bits(v0), g * 4 + j));
-    const float x1 = f32_from_bits(lane_shfl(f32_bits(v1), g * 4 + j));
-    c[0] = c[0] + x0;
-    c[1] = c[1] + x1;
-  }
+  for (int j = 0; j < 4; ++j)
+K4_FAST_UNROLL
+    for (int h = 0; h < 2; ++h)
+K4_FAST_UNROLL
+      for (int u = 0; u < N; ++u) c[h][u] = c[h][u] + f32_from_bits(lane_shfl(f32_bits(v[h][u]), g * 4 + j));
 }
-// Lane (g, t)'s B words of a rotated group (tile_rot): limb g % 2 and (g even) limb 2 of block
-// bj = b0 + g / 2, from the use's limbs (e4m3_limbs' layout, lane pointer src).
-__device__ inline void load_rot(uint2& lm, uint2& hv, const uint32_t* src, int bj, int g) {
-  lm = *reinterpret_cast<const uint2*>(src + size_t(bj) * 24 + (g % 2) * 8);
-  hv = g % 2 == 0 ? *reinterpret_cast<const uint2*>(src + size_t(bj) * 24 + 16) : make_uint2(0u, 0u);
+// Lane (g, t)'s B words of a rotated group (tile_rot's bw) for block bj = b0 + g / 2, from the
+// uses' limbs (e4m3_limbs' layout, lane pointers src): N = 1: limb g % 2, and limb 2 where g is
+// even (else 0); N = 2: limb g % 2 of use 0, limb 2 of use g % 2, limb g % 2 of use 1.
+template <int N>
+__device__ inline void load_rot(uint2 (&bw)[rot_accs<N>], const uint32_t* const (&src)[N], int bj, int g) {
+  const size_t o = size_t(bj) * 24;
+  bw[0] = *reinterpret_cast<const uint2*>(src[0] + o + (g % 2) * 8);
+  if constexpr (N == 1) {
+    bw[1] = g % 2 == 0 ? *reinterpret_cast<const uint2*>(src[0] + o + 16) : make_uint2(0u, 0u);
+  } else {
+    bw[1] = *reinterpret_cast<const uint2*>((g % 2 == 0 ? src[0] : src[1]) + o + 16);  // a select: no local array
+    bw[2] = *reinterpret_cast<const uint2*>(src[1] + o + (g % 2) * 8);
+  }
 }
 
 // The (token, slot) uses of expert e on rank r, token-major (moe.cu's order); count returned.
@@ -366,30 +389,34 @@ K4_FAST_UNROLL
       }
 }
 
-// up_gate_slice for a pass of one use (nu == 1): the rotated tiles (tile_rot), rows g and g + 8
+// up_gate_slice for a pass of N = 1 or 2 uses: the rotated tiles (tile_rot), rows g and g + 8
 // of each tile's chains a lane.
+template <int N>
 __device__ void up_gate_slice_rot(const FastUpGateArgs& a, int r, int e, int rg, int w, const UgSmem& sm, int u0) {
   const UgLane L = ug_lane(a, r, e, rg, w);
   const int KB = L.KB, SL = a.cfg.moe_slots, S = a.tokens, g = L.g, t = L.t, G0 = L.G0, G1 = L.G1;
   const uint8_t *w13 = L.w13, *s13 = L.s13;
   const uint32_t(&roff)[8] = L.roff;
-  const uint32_t* xr = a.xlimbs + ((size_t(r) * S + sm.uses[u0] / SL) * KB) * 24 + t * 2;
-  float cr[4][2];
-  for (int q = 0; q < 4; ++q) cr[q][0] = 0.0f, cr[q][1] = 0.0f;
+  const uint32_t* xr[N];
+  for (int u = 0; u < N; ++u) xr[u] = a.xlimbs + ((size_t(r) * S + sm.uses[u0 + u] / SL) * KB) * 24 + t * 2;
+  float cr[4][2][N];
+  for (int q = 0; q < 4; ++q)
+    for (int h = 0; h < 2; ++h)
+      for (int u = 0; u < N; ++u) cr[q][h][u] = 0.0f;
   for (int G = G0; G < G1; ++G) {
     uint4 wv[8];
     uint32_t sv[8];
     w13_group(wv, sv, w13, s13, roff, G);
-    uint2 lm, hv;
-    load_rot(lm, hv, xr, 4 * G + g / 2, g);
+    uint2 bw[rot_accs<N>];
+    load_rot<N>(bw, xr, 4 * G + g / 2, g);
 K4_FAST_UNROLL
-    for (int q = 0; q < 4; ++q) tile_rot(cr[q], wv[2 * q], wv[2 * q + 1], sv[2 * q], sv[2 * q + 1], lm, hv, sm.fb, sm.sb, 4 * G, g, t);
+    for (int q = 0; q < 4; ++q)
+      tile_rot<N>(cr[q], wv[2 * q], wv[2 * q + 1], sv[2 * q], sv[2 * q + 1], bw, sm.fb, sm.sb, KB, 4 * G, g, t);
   }
   if (t == 0)
-    for (int q = 0; q < 4; ++q) {
-      sm.chains[((w * 4 + q) * 16 + g) * kUses] = cr[q][0];
-      sm.chains[((w * 4 + q) * 16 + g + 8) * kUses] = cr[q][1];
-    }
+    for (int q = 0; q < 4; ++q)
+      for (int h = 0; h < 2; ++h)
+        for (int u = 0; u < N; ++u) sm.chains[((w * 4 + q) * 16 + g + 8 * h) * kUses + u] = cr[q][h][u];
 }
 
 // 2 CTAs a SM (registers capped at 128; ptxas spills ~100 bytes a thread to L1-resident stack):
@@ -424,11 +451,12 @@ __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) 
   for (int u0 = 0; u0 < n_use; u0 += kUses) {
     const int nu = n_use - u0 < kUses ? n_use - u0 : kUses;
     // only the columns this pass's tiles read: two n8 groups, one, or the rotated tiles' one
-    const int cols = nu > 8 ? kUses : kRot && nu == 1 ? 1 : 8;
+    const int cols = nu > 8 ? kUses : kRot && nu <= 2 ? nu : 8;
     fill_b_factors(sm.fb, sm.sb, a.xsc, a.xnan, sm.uses + u0, nu, cols, KB, size_t(r) * S, SL);
     __syncthreads();
     if (nu > 8) up_gate_slice<2>(a, r, e, rg, w, sm, u0, nu);
-    else if (kRot && nu == 1) up_gate_slice_rot(a, r, e, rg, w, sm, u0);
+    else if (kRot && nu == 1) up_gate_slice_rot<1>(a, r, e, rg, w, sm, u0);
+    else if (kRot && nu == 2) up_gate_slice_rot<2>(a, r, e, rg, w, sm, u0);
     else up_gate_slice<1>(a, r, e, rg, w, sm, u0, nu);
     __syncthreads();
     for (int i = int(threadIdx.x); i < nu * 32; i += int(blockDim.x)) {
@@ -534,31 +562,36 @@ K4_FAST_UNROLL
   }
 }
 
-// down_units_tile for a pass of one use (nu == 1): the rotated tiles (tile_rot), a unit = one
+// down_units_tile for a pass of N = 1 or 2 uses: the rotated tiles (tile_rot), a unit = one
 // 64-byte group.
+template <int N>
 __device__ void down_units_rot(const FastUnitsArgs& a, int r, int e, int row0, const int* uses, int u0, const float* fb,
                                const uint8_t* sbs) {
   const DownLane L(a, r, e, row0);
   const int HID = L.HID, IB = L.IB, KC = L.KC, SL = L.SL, S = L.S, g = L.g, t = L.t;
   const uint8_t* const(&wrow)[4] = L.wrow;
   const uint8_t* const(&srow)[4] = L.srow;
-  const size_t use = size_t(r) * S * SL + uses[u0];
-  const uint32_t* mr = a.mlimbs + (use * IB) * 24 + t * 2;
+  size_t use[N];
+  const uint32_t* mr[N];
+  for (int u = 0; u < N; ++u) {
+    use[u] = size_t(r) * S * SL + uses[u0 + u];
+    mr[u] = a.mlimbs + (use[u] * IB) * 24 + t * 2;
+  }
   for (int kc = 0; kc < KC; ++kc) {
     uint4 wv[4];
     uint32_t sv[4];
     w2_group(wv, sv, wrow, srow, kc);
-    uint2 lm, hv;
-    load_rot(lm, hv, mr, 4 * kc + g / 2, g);
+    uint2 bw[rot_accs<N>];
+    load_rot<N>(bw, mr, 4 * kc + g / 2, g);
 K4_FAST_UNROLL
     for (int h = 0; h < 2; ++h) {
-      float un[2] = {0.0f, 0.0f};
-      tile_rot(un, wv[2 * h], wv[2 * h + 1], sv[2 * h], sv[2 * h + 1], lm, hv, fb, sbs, 4 * kc, g, t);
-      if (t == 0) {
-        const int row = row0 + 16 * h + g;
-        a.units[(use * HID + row) * KC + kc] = un[0];
-        a.units[(use * HID + row + 8) * KC + kc] = un[1];
-      }
+      float un[2][N];
+      for (int x = 0; x < 2; ++x)
+        for (int u = 0; u < N; ++u) un[x][u] = 0.0f;
+      tile_rot<N>(un, wv[2 * h], wv[2 * h + 1], sv[2 * h], sv[2 * h + 1], bw, fb, sbs, IB, 4 * kc, g, t);
+      if (t == 0)
+        for (int x = 0; x < 2; ++x)
+          for (int u = 0; u < N; ++u) a.units[(use[u] * HID + row0 + 16 * h + g + 8 * x) * KC + kc] = un[x][u];
     }
   }
 }
@@ -589,13 +622,14 @@ __global__ void __launch_bounds__(128) fast_down_units_kernel(FastUnitsArgs a) {
     fill_b_factors(fb, sbs, a.midsc, a.mnan, uses + u0, nu, kUses, IB, size_t(r) * S * SL, 1);
     __syncthreads();
     if (nu > 8) down_units_tile<2>(a, r, e, row0, uses, u0, nu, fb, sbs);
-    else if (kRot && nu == 1) down_units_rot(a, r, e, row0, uses, u0, fb, sbs);
+    else if (kRot && nu == 1) down_units_rot<1>(a, r, e, row0, uses, u0, fb, sbs);
+    else if (kRot && nu == 2) down_units_rot<2>(a, r, e, row0, uses, u0, fb, sbs);
     else down_units_tile<1>(a, r, e, row0, uses, u0, nu, fb, sbs);
     __syncthreads();
   }
 }
 
-// K4_FAST_ROT=0: one-use passes on the plain tiles too (the column rotation off; for timing)
+// K4_FAST_ROT=0: one- and two-use passes on the plain tiles too (the column rotation off; for timing)
 bool fast_rot() {
   static const bool on = [] {
     const char* e = std::getenv("K4_FAST_ROT");

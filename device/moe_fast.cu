@@ -150,7 +150,7 @@ K4_FAST_UNROLL
 // (row, use) instead of 1 lane in 8 (tile_block's columns). The accumulators, a column pair each:
 //   N = 1: D0 = (lo, mid) of the use, D1 = (hi, 0);
 //   N = 2: D0 = (lo, mid) of use 0, D1 = (hi of use 0, hi of use 1), D2 = (lo, mid) of use 1.
-// Lane (g, t) feeds column g of every block's B (rot_b: its words of block b0 + g / 2), used in
+// Lane (g, t) feeds column g of every block's B (load_rot: its words of block b0 + g / 2), used in
 // MMA j = g / 2 and 0 in the others. The same exact sums as tile_block's (each column only ever
 // holds one block's products), the same block values, and each (row, use) chain c = c + value
 // over the 4 blocks in order (block b0 + j's value from lane (g, j)), so the same bits.

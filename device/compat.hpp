@@ -32,6 +32,12 @@
 #include <stdexcept>
 #include <string>
 
+// A switch of the environment that is on unless set to 0 (K4_PDL, K4_FAST_ROT: for timing).
+inline bool k4_env_on(const char* name) {
+  const char* e = std::getenv(name);
+  return e == nullptr || e[0] != '0';
+}
+
 #if defined(__HIPCC__) || defined(__HIP__)
 // ---------------------------------------------------------------------------------- AMD (HIP)
 #include <hip/hip_runtime.h>
@@ -136,10 +142,7 @@ inline cudaError_t k4_graph_instantiate(cudaGraphExec_t* e, cudaGraph_t g) { ret
   (kernel)<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
 
 inline bool k4_pdl_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("K4_PDL");
-    return e == nullptr || e[0] != '0';
-  }();
+  static const bool on = k4_env_on("K4_PDL");
   return on;
 }
 // The launch's error is left for K4_HIP_CHECK_LAUNCH (cudaGetLastError), as a <<<>>> launch's.

@@ -22,7 +22,6 @@
 // The host emulation has no warps: fast_moe_supported() is false there (the runner then
 // takes moe.cu's kernels).
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 
 #include "device/exact_mma.hpp"
@@ -183,8 +182,8 @@ K4_FAST_UNROLL
   for (int h = 0; h < 2; ++h)
 K4_FAST_UNROLL
     for (int u = 0; u < N; ++u) {
-      const FragC& L = D[u == 0 ? 0 : 2];  // (lo, mid) of use u: elements 2h, 2h + 1
-      S[h][u] = cvt_rn(L.r[2 * h] + 128 * L.r[2 * h + 1] + 16384 * D[1].r[2 * h + (N == 1 ? 0 : u)]);
+      const int32_t d[3] = {D[u == 0 ? 0 : 2].r[2 * h], D[u == 0 ? 0 : 2].r[2 * h + 1], D[1].r[2 * h + (N == 1 ? 0 : u)]};
+      S[h][u] = cvt_rn(combine_f4f8(d));  // d: use u's lo, mid (elements 2h, 2h + 1 of D0 or D2), hi
       v[h][u] = block_fast(S[h][u], sa_factor(sa[h]), fb[u * stride + b]);
     }
   if (sa[0] > kBlockFastMaxSa || sa[1] > kBlockFastMaxSa) {  // as in tile_block
@@ -631,10 +630,7 @@ __global__ void __launch_bounds__(128) fast_down_units_kernel(FastUnitsArgs a) {
 
 // K4_FAST_ROT=0: one- and two-use passes on the plain tiles too (the column rotation off; for timing)
 bool fast_rot() {
-  static const bool on = [] {
-    const char* e = std::getenv("K4_FAST_ROT");
-    return e == nullptr || e[0] != '0';
-  }();
+  static const bool on = k4_env_on("K4_FAST_ROT");
   return on;
 }
 

@@ -109,14 +109,17 @@ TEST_SUITE("exact_mma") {
       }
     CHECK(bad == 0);
     // the upper 16 bits (4 more codes of a word, as a_pq passes them) do not change the decode
-    int upper = 0;
+    int upper = 0, planted = 0;
     for (uint32_t c = 0; c < 65536; c += 97) {
-      uint32_t p0, q0, p1, q1;
+      uint32_t p0, q0, p1, q1, p2, q2;
       e2m1_pq4(c, p0, q0);
       e2m1_pq4(c | (c * 0x9E37u + 0x5A5Au) << 16, p1, q1);
+      e2m1_pq4(c ^ 1u, p2, q2);  // planted: one bit of the low half, which must show
       upper += p0 != p1 || q0 != q1;
+      planted += p0 != p2 || q0 != q2;
     }
     CHECK(upper == 0);
+    CHECK(planted == (65536 + 96) / 97);
     CHECK(e2m1_s8(0x8) == 0);  // -0
     CHECK(e2m1_s8(0x7) == 12);
     CHECK(e2m1_s8(0xF) == -12);

@@ -1,9 +1,10 @@
 # K4Emulation.cmake -- the kernels' host emulation: device/*.cu compiled as C++ with
 # -DK4_HOST_EMULATION (device/emu.hpp stands in for the HIP runtime, device/kernel.hpp runs
 # each block body item by item), linked with the GPU suite's stage and golden tests
-# (tests/gpu, less the elementwise numerics sweeps and the exact tensor-core tiles, whose
-# kernels are plain __global__ functions: tests/cpu/test_exact_mma.cpp checks the tiles' host
-# emulation). It checks the kernels' indexing, orders and phase structure without a GPU;
+# (tests/gpu, less the elementwise numerics sweeps and the exact tensor-core tiles' own
+# kernels: tests/cpu/test_exact_mma.cpp checks the tiles' host emulation). The kernels written
+# as CUDA threads (the K4_FAST=1 path) run on device/simt.hpp's fibers (boost.context).
+# It checks the kernels' indexing, orders and phase structure without a GPU;
 # the GPU's compiler and arithmetic are the device run's to check (docs/gpu-verification.md).
 #
 # CPU build only (without K4_CUDA, where device/*.cu are CUDA sources):
@@ -22,6 +23,8 @@ if(K4_CUDA OR NOT K4_DEVICE_SOURCES)
 endif()
 
 set_source_files_properties(${K4_DEVICE_SOURCES} PROPERTIES LANGUAGE CXX)  # -x c++ (CMP0119)
+# boost.context: the fibers that run the warp kernels' threads (device/simt.hpp)
+find_package(Boost 1.74 REQUIRED COMPONENTS context)
 
 # The suite's sources, compiled once for every variant: they see the kernels only through
 # device/runner.hpp (plain C++).
@@ -37,7 +40,7 @@ function(k4_emulation_variant name)
   endif()
   add_library(${arg_KERNELS} STATIC ${K4_DEVICE_SOURCES})
   target_compile_definitions(${arg_KERNELS} PRIVATE K4_HOST_EMULATION ${arg_DEFINES})
-  target_link_libraries(${arg_KERNELS} PUBLIC k4_reference k4_golden)  # runner.cu: the schema table
+  target_link_libraries(${arg_KERNELS} PUBLIC k4_reference k4_golden Boost::context)  # runner.cu: the schema table
   add_executable(${name} $<TARGET_OBJECTS:k4_emu_suite>)
   target_link_libraries(${name} PRIVATE ${arg_KERNELS} k4_emu_suite)
 endfunction()
@@ -65,6 +68,31 @@ set_tests_properties(k4_emu_mutants/kill-table PROPERTIES LABELS "emulation;muta
 # of the 2-core machine (Release): stages 26 s, all-reduce 34 s, full-preset 28 s (4 GB),
 # golden 30 s (2 GB).
 set(_k4_emu_env "OMP_WAIT_POLICY=passive")
+# The fast path (K4_FAST=1: the integer tensor-core kernels, on device/simt.hpp's threads):
+# special values, every S class of the MoE passes (rotated tiles of 1 and 2 uses, one and two
+# column groups), the variants, S 11 / 12 of the all-reduce forms, the goldens (special values,
+# the full preset's scenario). CPU time on one core (Release): fast-stages 160 s,
+# fast-all-reduce 130 s, fast-golden 136 s. The "full preset" case stays on the reference path
+# here (its S = 16 steps through the fast kernels take over half an hour emulated).
+set(_k4_emu_fast_env "OMP_WAIT_POLICY=passive;K4_FAST=1")
+add_test(NAME k4_emu_tests/fast-stages COMMAND k4_emu_tests ${_k4_emu_stages}
+         "-tc=plant probe,sanitizer case,stage twins,adversarial,per-rank index scores,paths variants,router variants,pad rows out of the wide MoE,indexer context parallelism" --no-colors=true)
+add_test(NAME k4_emu_tests/fast-all-reduce COMMAND k4_emu_tests ${_k4_emu_stages} "-tc=all-reduce forms" --no-colors=true)
+add_test(NAME k4_emu_tests/fast-golden COMMAND k4_emu_tests -ts=gpu_golden --no-colors=true)
+set_tests_properties(k4_emu_tests/fast-stages k4_emu_tests/fast-all-reduce k4_emu_tests/fast-golden PROPERTIES LABELS "emulation;fast"
+                     ENVIRONMENT "${_k4_emu_fast_env}" COST 150)
+# The emulation's threads themselves (device/simt.hpp): coordinates, barriers, shuffles, the MMA
+# collective, and the errors for a hang or divergent collectives.
+add_executable(k4_simt_tests "${PROJECT_SOURCE_DIR}/tests/emu/test_simt.cpp")
+target_compile_definitions(k4_simt_tests PRIVATE K4_HOST_EMULATION)
+target_link_libraries(k4_simt_tests PRIVATE k4_reference doctest::doctest Boost::context)
+add_test(NAME k4_simt_tests COMMAND k4_simt_tests --no-colors=true)
+set_tests_properties(k4_simt_tests PROPERTIES LABELS "emulation")
+# ... and a planted bit in the fast up/gate's output must be caught there (K4_PLANT_FAST).
+k4_emulation_variant(k4_emu_plant_fast DEFINES K4_PLANT_FAST=1)
+add_test(NAME k4_emu_plant_fast COMMAND k4_emu_plant_fast "-tc=plant probe" --no-colors=true)
+set_tests_properties(k4_emu_plant_fast PROPERTIES LABELS "emulation;fast" ENVIRONMENT "${_k4_emu_fast_env}"
+                     PASS_REGULAR_EXPRESSION "first mismatching stage: 5\n")
 set(_k4_emu_stages "-ts=gpu_stages")
 add_test(NAME k4_emu_tests/stages COMMAND k4_emu_tests ${_k4_emu_stages}
          "-tc=plant probe,sanitizer case,stage twins,adversarial,per-rank index scores,paths variants,router variants,pad rows out of the wide MoE,indexer context parallelism" --no-colors=true)

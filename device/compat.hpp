@@ -13,6 +13,8 @@
 //                    part on NVIDIA: they map to the *_sync forms with a full mask); under nvcc
 //                    the HIP names __shfl_xor and __shfl are macros for these. Add another
 //                    shuffle here when a kernel first needs it.
+//   K4_DYNAMIC_SMEM(name): the launch's dynamic shared memory as `unsigned char name[]`,
+//                    16-byte aligned (device/simt.hpp gives the host emulation's).
 //   k4::DeviceBuffer<T>: an owning device allocation (hipMalloc / hipFree).
 //   k4_launch_dependent(kernel, grid, block, shared_bytes, stream, args...): hipLaunchKernelGGL,
 //                    on NVIDIA (sm_90) as a programmatic dependent launch: the GPU launches the
@@ -32,11 +34,7 @@
 #include <stdexcept>
 #include <string>
 
-// A switch of the environment that is on unless set to 0 (K4_PDL, K4_FAST_ROT: for timing).
-inline bool k4_env_on(const char* name) {
-  const char* e = std::getenv(name);
-  return e == nullptr || e[0] != '0';
-}
+#include "device/env.hpp"
 
 #if defined(__HIPCC__) || defined(__HIP__)
 // ---------------------------------------------------------------------------------- AMD (HIP)
@@ -196,6 +194,8 @@ __device__ inline T k4_shfl(T v, int src_lane, int width = K4_WARP_SIZE) {
 #else
 #error "device/compat.hpp is for device sources: compile them with nvcc or hipcc"
 #endif
+
+#define K4_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 
 namespace k4 {
 

@@ -5,8 +5,12 @@
 // another (kernel.hpp). It checks the kernels' indexing, orders and phase structure without a
 // GPU; it cannot check the GPU's compiler or hardware, which is what tests/gpu on the device
 // does. Memory from hipMalloc is filled with 0xA5 bytes so that a read of memory no kernel
-// wrote shows up as a mismatch.
+// wrote shows up as a mismatch. The kernels written as CUDA threads (warp shuffles, MMAs) run
+// on device/simt.hpp's fibers, one a thread.
 #pragma once
+
+#include "device/env.hpp"
+#include "device/simt.hpp"
 
 #include <cstddef>
 #include <cstdlib>
@@ -47,6 +51,8 @@ inline hipError_t hipMemsetAsync(void* p, int v, size_t bytes, hipStream_t) { re
 inline hipError_t hipDeviceSynchronize() { return hipSuccess; }
 inline hipError_t hipStreamSynchronize(hipStream_t) { return hipSuccess; }
 inline hipError_t hipGetLastError() { return hipSuccess; }
+enum hipFuncAttribute { hipFuncAttributeMaxDynamicSharedMemorySize };
+inline hipError_t hipFuncSetAttribute(const void*, hipFuncAttribute, int) { return hipSuccess; }
 inline const char* hipGetErrorString(hipError_t) { return "host emulation error"; }
 
 namespace k4 {

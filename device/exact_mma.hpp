@@ -20,7 +20,10 @@
 //                   shuffles and sums 4-byte dot products (the integer MFMA backend is a
 //                   later step);
 //   host:           mma_s8_warp over the 32 lanes' fragments, the same index maps, so the CPU
-//                   suite checks the fragment arithmetic against the model (test_exact_mma.cpp).
+//                   suite checks the fragment arithmetic against the model (test_exact_mma.cpp);
+//                   in the host emulation (K4_HOST_EMULATION) mma_s8 is a warp collective of
+//                   device/simt.hpp that completes by mma_s8_warp, so the fast kernels run on
+//                   the CPU.
 // The fragment maps are PTX's for m16n8k32 .s8 (lane = 4 g + t, g = lane / 4, t = lane % 4):
 //   A (row-major 16 x 32): reg i, byte j: row g + 8 (i % 2), k = 4 t + j + 16 (i / 2)
 //   B (col-major 32 x 8):  reg i, byte j: k = 4 t + j + 16 i, column g
@@ -36,6 +39,8 @@
 
 #if defined(__HIPCC__) || defined(__HIP__)
 #include <hip/hip_runtime.h>
+#elif defined(K4_HOST_EMULATION)
+#include "device/simt.hpp"
 #endif
 
 // Unrolled on NVIDIA (the register arrays of the fragments stay registers); hipcc for gfx90a
@@ -133,10 +138,13 @@ K4_HD void e2m1_pq4(uint32_t codes, uint32_t& p, uint32_t& q) {
 }
 
 // ---- the tile MMA, D += A B
-#if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
+inline void mma_s8_warp(FragC d[kLanes], const FragA a[kLanes], const FragB b[kLanes]);
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__) || defined(K4_HOST_EMULATION)
 __device__ inline uint32_t lane_shfl(uint32_t v, int src) {
 #if defined(__HIPCC__) || defined(__HIP__)
   return uint32_t(__shfl(int(v), src, kLanes));
+#elif defined(K4_HOST_EMULATION)
+  return k4_shfl(v, src, kLanes);
 #else
   return __shfl_sync(0xFFFFFFFFu, v, src, kLanes);
 #endif
@@ -145,6 +153,7 @@ __device__ inline uint32_t lane_shfl(uint32_t v, int src) {
 // columns for each group of 4 k by shuffles (width 32: on wave64 the two halves are two
 // tiles) and sums 4-byte dot products. AMD's path until the integer MFMA backend; the GPU
 // suite runs it on NVIDIA too.
+#if !defined(K4_HOST_EMULATION)
 __device__ inline void mma_s8_gather(FragC& d, const FragA& a, const FragB& b) {
   const int lane = int(threadIdx.x) % kLanes;
   const int g = lane / 4, t = lane % 4;
@@ -157,12 +166,30 @@ __device__ inline void mma_s8_gather(FragC& d, const FragA& a, const FragB& b) {
     for (int i = 0; i < 4; ++i) d.r[i] += dot4(va[i / 2], vb[i % 2]);
   }
 }
+#endif
 __device__ inline void mma_s8(FragC& d, const FragA& a, const FragB& b) {
 #if defined(__CUDA_ARCH__)
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+r"(d.r[0]), "+r"(d.r[1]), "+r"(d.r[2]), "+r"(d.r[3])
       : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]), "r"(b.r[1]));
+#elif defined(K4_HOST_EMULATION)
+  uint32_t in[10];
+  std::memcpy(in, a.r, 16), std::memcpy(in + 4, b.r, 8), std::memcpy(in + 6, d.r, 16);
+  simt::block().collective("mma_s8", in, 10, reinterpret_cast<uint32_t*>(d.r), 4,
+                           [](const uint32_t (*I)[simt::kInWords], uint32_t (*O)[simt::kOutWords], int lanes) {
+                             FragA A[kLanes];
+                             FragB B[kLanes];
+                             FragC D[kLanes];
+                             for (int l = 0; l < kLanes; ++l) {  // a partial warp's missing lanes: zeros
+                               const uint32_t* w = I[l];
+                               const bool on = l < lanes;
+                               for (int i = 0; i < 4; ++i) A[l].r[i] = on ? w[i] : 0u, D[l].r[i] = on ? int32_t(w[6 + i]) : 0;
+                               for (int i = 0; i < 2; ++i) B[l].r[i] = on ? w[4 + i] : 0u;
+                             }
+                             mma_s8_warp(D, A, B);
+                             for (int l = 0; l < lanes; ++l) std::memcpy(O[l], D[l].r, 16);
+                           });
 #else
   mma_s8_gather(d, a, b);
 #endif
@@ -171,17 +198,18 @@ __device__ inline void mma_s8(FragC& d, const FragA& a, const FragB& b) {
 
 // Host: the 32 lanes' fragments at once, by the index maps (what the hardware computes).
 inline void mma_s8_warp(FragC d[kLanes], const FragA a[kLanes], const FragB b[kLanes]) {
-  int8_t A[16][32], B[32][8];
+  int8_t A[16][32], Bt[8][32];  // B by column: each product a dot of two contiguous rows
   for (int l = 0; l < kLanes; ++l)
     for (int i = 0; i < 4; ++i)
       for (int j = 0; j < 4; ++j) A[a_row(l, i)][a_k(l, i, j)] = byte_of(a[l].r[i], j);
   for (int l = 0; l < kLanes; ++l)
     for (int i = 0; i < 2; ++i)
-      for (int j = 0; j < 4; ++j) B[b_k(l, i, j)][b_col(l)] = byte_of(b[l].r[i], j);
+      for (int j = 0; j < 4; ++j) Bt[b_col(l)][b_k(l, i, j)] = byte_of(b[l].r[i], j);
   for (int l = 0; l < kLanes; ++l)
     for (int i = 0; i < 4; ++i) {
+      const int8_t *ra = A[c_row(l, i)], *cb = Bt[c_col(l, i)];
       int32_t s = 0;
-      for (int k = 0; k < 32; ++k) s += int32_t(A[c_row(l, i)][k]) * int32_t(B[k][c_col(l, i)]);
+      for (int k = 0; k < 32; ++k) s += int32_t(ra[k]) * int32_t(cb[k]);
       d[l].r[i] += s;
     }
 }
@@ -309,7 +337,7 @@ K4_HD int64_t sum_f8f8(const FragC (&E)[5], int r) {
   const int64_t lo = int64_t(E[0].r[r] + 128 * E[1].r[r]);  // products, not shifts: the sums are signed
   return lo + int64_t(E[2].r[r]) * 16384 + int64_t(E[3].r[r] + 128 * E[4].r[r]) * 2097152;
 }
-#if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__) || defined(K4_HOST_EMULATION)
 // The 9 limb products into 5 accumulators by weight: E_n += sum over i + j = n of A_i B_j.
 __device__ inline void mma_f8f8(FragC (&E)[5], const FragA (&A)[3], const FragB (&B)[3]) {
 K4_FAST_UNROLL

@@ -16,6 +16,8 @@
 //    another, with shared memory filled with 0xA5 garbage first. The emulation is how the
 //    kernels' indexing and orders are checked where no GPU is (it proves nothing about the
 //    GPU's arithmetic: tests/gpu does that on the device).
+//  - The one exception: a body whose items are warps doing MMAs (split.cu's tensor-core body,
+//    body_has_warps) shuffles; the emulation runs it on threads (device/simt.hpp), as the GPU does.
 //
 // launch(body, grid, threads, smem_bytes, stream) runs body over a 3-D grid (bx, by, bz) of
 // blocks: by is the TP rank wherever a stage runs all ranks in one launch.
@@ -29,6 +31,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "reference/config.hpp"
@@ -56,25 +59,19 @@
 #define K4_UNROLL
 #endif
 
+// K4_PLANT_FAST=1: the fast up/gate kernel (moe_fast.cu, the K4_FAST=1 path) flips bit 0 of one
+// mid element -- the emulation's probe that the suite checks the fast kernels' own outputs.
+#ifndef K4_PLANT_FAST
+#define K4_PLANT_FAST 0
+#endif
+
 namespace k4::gpu {
 
 constexpr int kPlantStage = K4_PLANT_STAGE;
+constexpr bool kPlantFast = K4_PLANT_FAST != 0;
 
 // ------------------------------------------------------------------------------ contexts
-#if defined(K4_HOST_EMULATION)
-struct BlockCtx {
-  int bx, by, bz;
-  int threads;
-  template <class F>
-  void each(int n, F&& f) {
-    for (int i = 0; i < n; ++i) f(i);
-  }
-  template <class F>
-  void one(F&& f) {
-    f();
-  }
-};
-#else
+// The GPU's: the items of a phase spread over the block's threads, a barrier after each phase.
 struct BlockCtx {
   int bx, by, bz;
   int threads;
@@ -92,11 +89,31 @@ struct BlockCtx {
 
 template <class Body>
 __global__ void __launch_bounds__(512) block_kernel(Body body) {
-  extern __shared__ __align__(16) unsigned char k4_smem[];
+  K4_DYNAMIC_SMEM(k4_smem);
   k4_grid_dep_start();
   BlockCtx c{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), int(blockDim.x)};
   body(c, k4_smem);
 }
+
+#if defined(K4_HOST_EMULATION)
+// The emulation's: one item after another, in one thread.
+struct ItemCtx {
+  int bx, by, bz;
+  int threads;
+  template <class F>
+  void each(int n, F&& f) {
+    for (int i = 0; i < n; ++i) f(i);
+  }
+  template <class F>
+  void one(F&& f) {
+    f();
+  }
+};
+// A body whose items use warp collectives (split.cu's tensor-core body specializes this to
+// true) needs the GPU's threads: the emulation runs it as block_kernel on device/simt.hpp's
+// fibers, every other body item by item.
+template <class Body>
+struct body_has_warps : std::false_type {};
 #endif
 
 struct Grid {
@@ -108,13 +125,18 @@ template <class Body>
 void launch(const Body& body, Grid grid, int threads, size_t smem_bytes, hipStream_t stream) {
   if (grid.x <= 0 || grid.y <= 0 || grid.z <= 0) return;
 #if defined(K4_HOST_EMULATION)
+  if constexpr (body_has_warps<Body>::value) {
+    k4_launch_dependent(block_kernel<Body>, dim3(unsigned(grid.x), unsigned(grid.y), unsigned(grid.z)),
+                        dim3(unsigned(threads)), smem_bytes, stream, body);
+    return;
+  }
   (void)stream;
   std::vector<unsigned char> smem(smem_bytes + 16);
   for (int bz = 0; bz < grid.z; ++bz)
     for (int by = 0; by < grid.y; ++by)
       for (int bx = 0; bx < grid.x; ++bx) {
         std::memset(smem.data(), 0xA5, smem.size());  // garbage, as the GPU's is
-        BlockCtx c{bx, by, bz, threads};
+        ItemCtx c{bx, by, bz, threads};
         body(c, smem.data());
       }
 #else

@@ -19,8 +19,7 @@
 // blocks, one 16-byte load a row; the E2M1 codes become s8 by the PRMT pair P + Q (two MMAs
 // into one accumulator). Block value, sa <= 227: (RNE(S) 2^(sa-127)) 2^(sb-137) (exact, then
 // one rounding); otherwise exact_scale. NaN: a NaN x / mid block or scale makes the factor NaN.
-// The host emulation has no warps: fast_moe_supported() is false there (the runner then
-// takes moe.cu's kernels).
+// The host emulation runs these kernels on device/simt.hpp's threads.
 #include <algorithm>
 #include <stdexcept>
 
@@ -35,22 +34,12 @@
 namespace k4::gpu {
 
 bool fast_moe_supported(const DevCfg& cfg, int tokens) {
-#if defined(K4_HOST_EMULATION)
-  (void)cfg, (void)tokens;
-  return false;
-#else
   const int KB = cfg.hidden / 32;
   return cfg.waves == 8 && KB % (4 * cfg.waves) == 0 && cfg.inter % 128 == 0 && tokens >= 1 && tokens <= 16 &&
          cfg.moe_slots <= 8 && cfg.shared_fp8 == 0 && cfg.experts == 0 && cfg.hidden % 128 == 0 &&
          cfg.wide_live_rows == 0;  // MXFP4 experts only; V2 exclude_pad: the fast up/gate has no slot_joins yet
-#endif
 }
 
-#if defined(K4_HOST_EMULATION)
-void launch_e4m3_limbs(const LimbsArgs&, hipStream_t) { throw std::logic_error("moe_fast: GPU only"); }
-void launch_fast_up_gate(const FastUpGateArgs&, hipStream_t) { throw std::logic_error("moe_fast: GPU only"); }
-void launch_fast_down_units(const FastUnitsArgs&, hipStream_t) { throw std::logic_error("moe_fast: GPU only"); }
-#else
 namespace {
 
 using namespace k4::xmma;
@@ -425,7 +414,7 @@ K4_FAST_UNROLL
 template <bool kRot>
 __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) {
   k4_grid_dep_start();
-  extern __shared__ __align__(16) unsigned char dyn[];
+  K4_DYNAMIC_SMEM(dyn);
   __shared__ int uses[kMaxUseList];
   __shared__ __align__(4) uint8_t hit[kMaxUseList + 3];
   const DevCfg& cfg = a.cfg;
@@ -466,7 +455,8 @@ __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) 
       const size_t o = (size_t(r) * S * SL + ks) * I + rg * 32 + rr;
       a.gate[o] = canon_nan(g);
       a.up[o] = canon_nan(up);
-      const uint16_t m = bf16_bits_rne(swiglu(g, up, cfg.swiglu_limit));
+      uint16_t m = bf16_bits_rne(swiglu(g, up, cfg.swiglu_limit));
+      if (kPlantFast && r == 0 && ks == 0 && rg == 0 && rr == 0) m ^= 1;
       a.mid[o] = m;
       sm.midv[col * 32 + rr] = bf16_to_f32(m);
     }
@@ -678,6 +668,5 @@ void launch_fast_down_units(const FastUnitsArgs& a, hipStream_t s) {
                      dim3(32 * kDnWarps), 0, s, a);
   K4_HIP_CHECK_LAUNCH();
 }
-#endif
 
 }  // namespace k4::gpu

@@ -15,8 +15,7 @@
 //      block holds a NaN code, else RNE(S) 2^-18 -- the model's block_dot_ints(.., 18);
 //   the chain c = c + value.
 // Then tot = 0 + c_0 + c_1 + c_2 + c_3 (shared memory, quarter order), bf16((tot xs) so) and the
-// push to the peers, as oproj.cu. The host emulation has no warps: fast_oproj_supported() is
-// false there and the runner takes oproj.cu.
+// push to the peers, as oproj.cu. The host emulation runs it on device/simt.hpp's threads.
 #include <stdexcept>
 
 #include "device/exact_mma.hpp"
@@ -26,17 +25,9 @@
 namespace k4::gpu {
 
 bool fast_oproj_supported(const DevCfg& cfg, int tokens) {
-#if defined(K4_HOST_EMULATION)
-  (void)cfg, (void)tokens;
-  return false;
-#else
   return cfg.o_rows == 32 && cfg.hidden % 32 == 0 && cfg.o_k % (4 * 32) == 0 && tokens >= 1 && tokens <= 16;
-#endif
 }
 
-#if defined(K4_HOST_EMULATION)
-void launch_fast_o_proj(const FastOprojArgs&, hipStream_t) { throw std::logic_error("oproj_fast: GPU only"); }
-#else
 namespace {
 
 using namespace k4::xmma;
@@ -93,7 +84,7 @@ K4_FAST_UNROLL
 template <int NT>
 __global__ void __launch_bounds__(kWarps * 32) fast_o_proj_kernel(FastOprojArgs fa) {
   k4_grid_dep_start();
-  extern __shared__ __align__(16) unsigned char smem[];
+  K4_DYNAMIC_SMEM(smem);
   const OprojArgs& a = fa.o;
   const DevCfg& cfg = a.cfg;
   const int task = int(blockIdx.x), r = int(blockIdx.y), S = a.tokens, OK = cfg.o_k, HID = cfg.hidden;
@@ -168,6 +159,5 @@ void launch_fast_o_proj(const FastOprojArgs& fa, hipStream_t s) {
     k4_launch_dependent(fast_o_proj_kernel<2>, grid, block, smem, s, fa);
   K4_HIP_CHECK_LAUNCH();
 }
-#endif
 
 }  // namespace k4::gpu

@@ -23,7 +23,7 @@
 // PV + output (a thread a dim and 4 heads: its V column decoded once for the 4). K and V
 // are read straight from the pages as 16-byte loads (consecutive keys / dims: consecutive
 // 16 bytes); keys past n_ctx are not read at all.
-// SplitBody<true> (K4_FAST=1, GPU only) runs QK and PV on the integer tensor cores instead
+// SplitBody<true> (K4_FAST=1) runs QK and PV on the integer tensor cores instead
 // (device/exact_mma.hpp: the 16 heads are one m16 tile, a block's exact sum from 9 mma.sync s8,
 // the same block values in the same chains); every other phase is the same code.
 #include <stdexcept>
@@ -115,7 +115,7 @@ K4_BODY MmaSmem carve_mma(C& cv) {
 }
 constexpr int kThreads = 512;
 
-// kMma: QK and PV on the integer tensor cores (the fast path, GPU only); otherwise on the CUDA
+// kMma: QK and PV on the integer tensor cores (the fast path); otherwise on the CUDA
 // cores, a thread a key / a dim. Every other phase is the same code.
 template <bool kMma>
 struct SplitBody {
@@ -297,7 +297,6 @@ struct SplitBody {
     });
   }
 
-#if !defined(K4_HOST_EMULATION)
   // ---- the tensor-core phases (kMma): the exact block sums of device/exact_mma.hpp, the same
   // block values (finish_block64(S, 18): block_dot_ints' NaN and rounding) in the same chains.
   // The A fragments (16 heads x 32, 3 limbs) of every block of a row-major (16, n) E4M3 matrix
@@ -411,7 +410,6 @@ struct SplitBody {
       }
     });
   }
-#endif
 
   template <class Ctx>
   K4_BODY void operator()(Ctx& c, unsigned char* smem) const {
@@ -470,20 +468,17 @@ struct SplitBody {
 
 }  // namespace
 
-bool fast_split_supported(const DevCfg& cfg, int tokens) {
 #if defined(K4_HOST_EMULATION)
-  (void)cfg, (void)tokens;
-  return false;  // the host emulation has no warps to run the fragments on
-#else
+template <>
+struct body_has_warps<SplitBody<true>> : std::true_type {};  // the MMA phases' items are warps (kernel.hpp)
+#endif
+
+bool fast_split_supported(const DevCfg& cfg, int tokens) {
   (void)cfg;
   return tokens >= 1;
-#endif
 }
 
 void launch_split_attention(const SplitArgs& a, hipStream_t s, bool fast) {
-#if defined(K4_HOST_EMULATION)
-  if (fast) throw std::logic_error("split: the tensor-core body is GPU only");
-#endif
   const DevCfg& cfg = a.cfg;
   if (cfg.heads != kHeads || cfg.head_dim != kHeadDim || cfg.split_keys != kSplitKeys || cfg.waves != kWaves ||
       cfg.page != kPage)
@@ -494,14 +489,12 @@ void launch_split_attention(const SplitArgs& a, hipStream_t s, bool fast) {
   sz.add<uint8_t>(kHeads * kChunks).add<uint8_t>(kHeads * kWaves).add<float>(kHeads).add<float>(kWaves * kHeads);
   sz.add<float>(4 + kWaves).add<float>(kSplitKeys).add<int32_t>(kSplitKeys / kPage + 1);
   sz.add<float>(kHeads * kHeadDim).add<float>(kHeads).add<float>(kHeads);
-#if !defined(K4_HOST_EMULATION)
   if (fast) {  // + the tensor-core body's MmaSmem (16 bytes for its alignment)
     const size_t extra =
         SmemSize().add<uint32_t>(256).add<uint32_t>(kChunks * 3 * 32 * 4).add<uint32_t>(kWaves * 3 * 32 * 4).used + 16;
     launch(SplitBody<true>{a}, Grid{a.tokens * cfg.n_split, a.ranks, 1}, kThreads, sz.used + extra, s);
     return;
   }
-#endif
   launch(SplitBody<false>{a}, Grid{a.tokens * cfg.n_split, a.ranks, 1}, kThreads, sz.used, s);
 }
 

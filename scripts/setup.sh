@@ -25,6 +25,10 @@ packages=(
   libhdf5-dev hdf5-tools libaec-dev zlib1g-dev
   libeigen3-dev doctest-dev nlohmann-json3-dev libcli11-dev
   libomp-dev
+  # boost.context: fibers for the host emulation's warp kernels (device/simt.hpp)
+  libboost-context-dev
+  # scripts/same-sass.sh reads the sm_90 cubins' sections
+  python3-pyelftools
   # fuzzing (scripts/fuzz.sh): clang and its libFuzzer / sanitizer runtimes (libclang_rt.fuzzer;
   # only a Recommends of clang, which --no-install-recommends skips)
   clang libclang-rt-14-dev

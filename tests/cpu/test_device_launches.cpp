@@ -6,7 +6,7 @@
 // k4_grid_dep_start() (griddepcontrol.wait) orders it after it. A kernel that forgot it would
 // race with its predecessor on some runs and not others, which a bit-exactness suite may never
 // see. So the rule is checked on the sources: each `__global__` function of device/ begins its
-// body with `k4_grid_dep_start();` (only `__shared__` declarations before it), unless it is a
+// body with `k4_grid_dep_start();` (only `__shared__` and K4_DYNAMIC_SMEM declarations before it), unless it is a
 // plain kernel: one launched by hipLaunchKernelGGL and named nowhere else but its definition
 // (so no k4_launch_dependent call or kernel table can reach it).
 #include <doctest/doctest.h>
@@ -64,7 +64,7 @@ std::vector<Kernel> kernels_of(const std::string& file, const std::string& text)
         const size_t semi = text.find(';', at);
         if (semi == std::string::npos) break;
         const std::string stmt = text.substr(at, semi - at);
-        if (stmt.find("__shared__") == std::string::npos) break;
+        if (stmt.find("__shared__") == std::string::npos && stmt.rfind("K4_DYNAMIC_SMEM(", 0) != 0) break;
         at = semi + 1;
       }
       k.waits = text.compare(at, 20, "k4_grid_dep_start();") == 0;

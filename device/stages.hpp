@@ -44,7 +44,7 @@ struct SplitArgs {
   int tokens, ranks;
   DevCfg cfg;
 };
-// fast: QK and PV on the integer tensor cores (device/exact_mma.hpp; the same bits), GPU only
+// fast: QK and PV on the integer tensor cores (device/exact_mma.hpp; the same bits)
 void launch_split_attention(const SplitArgs& a, hipStream_t s, bool fast = false);
 bool fast_split_supported(const DevCfg& cfg, int tokens);
 

@@ -6,8 +6,9 @@
 // Each thread of a block is a fiber (boost.context): one OS thread runs them one at a time, and
 // a thread gives way only where it waits -- at a block barrier or a warp collective. So there
 // are no data races and no locks; a thread's registers are its fiber's stack; __shared__ arrays
-// are static storage (the blocks of a launch run one after another) and the dynamic shared
-// memory a buffer filled with 0xA5 bytes before each block, as kernel.hpp's. A warp collective
+// are static storage, a copy a host thread (the blocks of a launch run one after another;
+// launches on two host threads apart), and the dynamic shared memory is a buffer filled with
+// 0xA5 bytes before each block, as kernel.hpp's. A warp collective
 // (a shuffle, an m16n8k32 MMA) is completed by the last of the warp's 32 lanes to reach it,
 // which computes every lane's result from their deposits: the MMA by xmma's mma_s8_warp, over
 // PTX's fragment maps (the GPU suite checks those maps against the hardware).
@@ -57,15 +58,16 @@ inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
+#define __shared__ static thread_local  // one copy a host thread: emulated launches may run in parallel
 #define __align__(n) __attribute__((aligned(n)))
 // The dynamic shared memory of the launch (the GPU's `extern __shared__` array).
 #define K4_DYNAMIC_SMEM(name) unsigned char* const name = ::k4::simt::dynamic_smem()
 
-// The running thread's coordinates: set by the scheduler before it resumes a thread.
-inline uint3 threadIdx{0, 0, 0}, blockIdx{0, 0, 0}, blockDim{1, 1, 1}, gridDim{1, 1, 1};
-
 namespace k4::simt {
+
+// The running thread's coordinates: set by the scheduler before it resumes a thread (in k4::simt,
+// so that a library of emulated kernels exports no bare `threadIdx`; the kernels' spelling below).
+inline thread_local uint3 threadIdx{0, 0, 0}, blockIdx{0, 0, 0}, blockDim{1, 1, 1}, gridDim{1, 1, 1};
 
 namespace ctx = boost::context;
 
@@ -301,6 +303,11 @@ T shfl_from(const char* what, T v, int lane_arg, int width, bool xor_mask) {
 }
 
 }  // namespace k4::simt
+
+using k4::simt::blockDim;
+using k4::simt::blockIdx;
+using k4::simt::gridDim;
+using k4::simt::threadIdx;
 
 inline void __syncthreads() { ::k4::simt::block().sync_threads(); }
 template <class T>

@@ -57,6 +57,10 @@ add_test(NAME k4_emu_mutants/kill-table COMMAND k4_emu_mutants -ts=gpu_mutants -
 # none of them is left to run alone at the end while the other core idles
 set_tests_properties(k4_emu_mutants/kill-table PROPERTIES LABELS "emulation;mutants" TIMEOUT 3600 COST 200
                      ENVIRONMENT "OMP_WAIT_POLICY=passive;K4_MUTANT_TABLE=${CMAKE_BINARY_DIR}/mutants.md")
+# The tensor-core kernels' mutants (*_fast.cu), on the K4_FAST=1 path: about 2 minutes of one core.
+add_test(NAME k4_emu_mutants/kill-table-fast COMMAND k4_emu_mutants -ts=gpu_mutants --no-colors=true)
+set_tests_properties(k4_emu_mutants/kill-table-fast PROPERTIES LABELS "emulation;mutants;fast" TIMEOUT 3600 COST 150
+                     ENVIRONMENT "OMP_WAIT_POLICY=passive;K4_FAST=1;K4_MUTANT_TABLE=${CMAKE_BINARY_DIR}/mutants-fast.md")
 
 # ctest entries (label "emulation", in the README's test command and so in CI): every stage
 # on the tiny, small and full-size presets, TP 1 / 2 / 4; narrow (S < 5) and wide MoE; the

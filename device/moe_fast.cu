@@ -24,6 +24,7 @@
 #include <stdexcept>
 
 #include "device/exact_mma.hpp"
+#include "device/mutants.hpp"
 #include "device/stages.hpp"
 #include "reference/numerics/bf16.hpp"
 #include "reference/numerics/keys.hpp"
@@ -109,7 +110,8 @@ __device__ inline void tile_block(float (&c)[NG][4], const uint4& w_lo, const ui
   a_pq(word_of(w_lo, j), word_of(w_hi, j), P, Q);
   const uint8_t sa0 = uint8_t(s_lo >> (8 * j)), sa1 = uint8_t(s_hi >> (8 * j));
   const float pa0 = sa_factor(sa0), pa1 = sa_factor(sa1);
-  const bool edge = sa0 > kBlockFastMaxSa || sa1 > kBlockFastMaxSa;
+  const int max_sa = K4_MUTANT_ON(87) ? 255 : kBlockFastMaxSa;
+  const bool edge = sa0 > max_sa || sa1 > max_sa;
 K4_FAST_UNROLL
   for (int grp = 0; grp < NG; ++grp) {
     FragC D[3] = {};
@@ -126,7 +128,7 @@ K4_FAST_UNROLL
       for (int i = 0; i < 4; ++i) {
         const uint8_t sa = i < 2 ? sa0 : sa1;
         const int col = col0 + i % 2;
-        if (sa > kBlockFastMaxSa) v[i] = block_edge(cvt_rn(D[0].r[i] + 128 * D[1].r[i] + 16384 * D[2].r[i]), sa, i % 2 ? fb1 : fb0, sb[col * stride + b]);
+        if (sa > max_sa) v[i] = block_edge(cvt_rn(D[0].r[i] + 128 * D[1].r[i] + 16384 * D[2].r[i]), sa, i % 2 ? fb1 : fb0, sb[col * stride + b]);
       }
     for (int i = 0; i < 4; ++i) c[grp][i] = c[grp][i] + v[i];
   }
@@ -175,19 +177,20 @@ K4_FAST_UNROLL
       S[h][u] = cvt_rn(combine_f4f8(d));  // d: use u's lo, mid (elements 2h, 2h + 1 of D0 or D2), hi
       v[h][u] = block_fast(S[h][u], sa_factor(sa[h]), fb[u * stride + b]);
     }
-  if (sa[0] > kBlockFastMaxSa || sa[1] > kBlockFastMaxSa) {  // as in tile_block
+  const int max_sa = K4_MUTANT_ON(87) ? 255 : kBlockFastMaxSa;
+  if (sa[0] > max_sa || sa[1] > max_sa) {  // as in tile_block
 K4_FAST_UNROLL
     for (int h = 0; h < 2; ++h)
 K4_FAST_UNROLL
       for (int u = 0; u < N; ++u)
-        if (sa[h] > kBlockFastMaxSa) v[h][u] = block_edge(S[h][u], sa[h], fb[u * stride + b], sb[u * stride + b]);
+        if (sa[h] > max_sa) v[h][u] = block_edge(S[h][u], sa[h], fb[u * stride + b], sb[u * stride + b]);
   }
 K4_FAST_UNROLL
   for (int j = 0; j < 4; ++j)
 K4_FAST_UNROLL
     for (int h = 0; h < 2; ++h)
 K4_FAST_UNROLL
-      for (int u = 0; u < N; ++u) c[h][u] = c[h][u] + f32_from_bits(lane_shfl(f32_bits(v[h][u]), g * 4 + j));
+      for (int u = 0; u < N; ++u) c[h][u] = c[h][u] + f32_from_bits(lane_shfl(f32_bits(v[h][u]), g * 4 + (K4_MUTANT_ON(83) ? 3 - j : j)));
 }
 // Lane (g, t)'s B words of a rotated group (tile_rot's bw) for block bj = b0 + g / 2, from the
 // uses' limbs (e4m3_limbs' layout, lane pointers src): N = 1: limb g % 2, and limb 2 where g is
@@ -287,7 +290,7 @@ K4_FAST_UNROLL
       const int i = i0 + j * step;
       if (i >= n) break;
       sb[i] = s[j];
-      fb[i] = i / nb < nu ? b_factor(s[j], f[j] != 0) : 0.0f;
+      fb[i] = i / nb < nu ? b_factor(s[j], !K4_MUTANT_ON(84) && f[j] != 0) : 0.0f;
     }
   }
 }
@@ -450,7 +453,7 @@ __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) 
     for (int i = int(threadIdx.x); i < nu * 32; i += int(blockDim.x)) {
       const int col = i / 32, rr = i % 32, h = rr / 16, rin = rr % 16, ks = sm.uses[u0 + col];
       float g = 0.0f, up = 0.0f;  // gsum = 0.0; gsum = gsum + wave partial, waves in order
-      for (int wv = 0; wv < cfg.waves; ++wv) g = g + sm.chains[((wv * 4 + h) * 16 + rin) * kUses + col];
+      for (int wv = 0; wv < cfg.waves; ++wv) g = g + sm.chains[(((K4_MUTANT_ON(85) ? cfg.waves - 1 - wv : wv) * 4 + h) * 16 + rin) * kUses + col];
       for (int wv = 0; wv < cfg.waves; ++wv) up = up + sm.chains[((wv * 4 + 2 + h) * 16 + rin) * kUses + col];
       const size_t o = (size_t(r) * S * SL + ks) * I + rg * 32 + rr;
       a.gate[o] = canon_nan(g);
@@ -470,7 +473,10 @@ __global__ void __launch_bounds__(256, 2) fast_up_gate_kernel(FastUpGateArgs a) 
       const int ks = sm.uses[u0 + col];
       const float x = sm.midv[col * 32 + lane];
       float amax = fmax_ieee(x, -x);
-      for (int off = 16; off > 0; off /= 2) amax = fmax_ieee(amax, k4_shfl_xor(amax, off, 32));
+      for (int off = 16; off > 0; off /= 2) {
+        const float other = k4_shfl_xor(amax, off, 32);
+        amax = K4_MUTANT_ON(86) ? mut::fmax_drop_nan(amax, other) : fmax_ieee(amax, other);
+      }
       const Mx8Scale sc = mx8_scale_of_amax(amax);
       a.mid8[(size_t(r) * S * SL + ks) * I + rg * 32 + lane] = mx8_quant(x, sc.inv);
       if (lane == 0) a.midsc[(size_t(r) * S * SL + ks) * (I / kBlockK) + rg] = sc.e;

@@ -185,6 +185,14 @@ inline constexpr MutantInfo kMutants[] = {
   {74, "5 moe", "moe.cu", "order", "down: a unit's 4 blocks chained in reverse order", "R5.9, §2 block order: tokens (seed:L2524-L2548)", ""},
   {75, "5 moe", "moe.cu", "nan", "up/gate: a NaN xn8 code not propagated (decoded as a number)", "§2 NaN blocks, R5.5: cg_ (seed:L1556-L1568)", ""},
   {76, "5 moe", "moe.cu", "nan", "down: a NaN mid8 code not propagated (decoded as a number)", "§2 NaN blocks, R5.9: down_load (seed:L1656-L1685)", ""},
+  // ------------------------------------------- the tensor-core path (K4_FAST=1): *_fast.cu
+  // Live only on that path: the kill table takes them when K4_FAST=1 (and the others when not).
+  {83, "5 moe", "moe_fast.cu", "order", "rotated tiles: a group's 4 block values chained in reverse order", "R5.5, §2 block order: cg_ (seed:L1556-L1568)", ""},
+  {84, "5 moe", "moe_fast.cu", "nan", "fast up/gate and down: a NaN x / mid block's flag dropped from the B factor (scaled as a number)", "§2 NaN blocks, R5.5: cg_ (seed:L1556-L1568)", ""},
+  {85, "5 moe", "moe_fast.cu", "order", "fast up/gate: gate's wave partials summed in reverse order", "R5.6: shared (seed:L1575-L1587)", ""},
+  {86, "5 moe", "moe_fast.cu", "nan", "fast up/gate: mid's MXFP8 amax by fmaxf (drops a NaN) instead of IEEE maximum", "R5.8, §9 MXFP8 amax: mid (seed:L2449-L2495)", ""},
+  {87, "5 moe", "moe_fast.cu", "threshold", "block values: the fast form for every scale, the edge branch never taken (a NaN E8M0 scale gives +-Inf, sa > 228 can overflow)", "§2 block scaling, P8: cg_ (seed:L1556-L1568)", ""},
+  {88, "3 o_proj", "oproj_fast.cu", "nan", "fast o_proj: a row's NaN flag not shared across the quad (only the lane's own 8 codes)", "§2 NaN blocks, R3.1: col_tok (seed:L1025-L1068)", ""},
 };
 // clang-format on
 

@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "device/exact_mma.hpp"
+#include "device/mutants.hpp"
 #include "device/stages.hpp"
 #include "reference/numerics/bf16.hpp"
 
@@ -55,8 +56,10 @@ __device__ inline void block_step(Lane<NT>& L, const uint2& lo, const uint2& hi,
   FragA A[3];
   a_limbs(A, lo, hi, dec);
   int rn = (any_nan4(lo.x) || any_nan4(lo.y) ? 1 : 0) | (any_nan4(hi.x) || any_nan4(hi.y) ? 2 : 0);
-  rn |= k4_shfl_xor(rn, 1, 32);  // the quad holds the row's 32 codes
-  rn |= k4_shfl_xor(rn, 2, 32);
+  const int q1 = k4_shfl_xor(rn, 1, 32);  // the quad holds the row's 32 codes
+  rn |= K4_MUTANT_ON(88) ? 0 : q1;
+  const int q2 = k4_shfl_xor(rn, 2, 32);
+  rn |= K4_MUTANT_ON(88) ? 0 : q2;
   const uint32_t xm = xmask[b];
 K4_FAST_UNROLL
   for (int n = 0; n < NT; ++n) {

@@ -526,7 +526,12 @@ std::vector<int> selected_ids() {
     while (std::getline(ss, item, ',')) ids.push_back(std::atoi(item.c_str()));
     return ids;
   }
-  for (const gpu::MutantInfo& m : gpu::kMutants) ids.push_back(m.id);
+  // a mutant of a tensor-core kernel (*_fast.cu) is live only on that path (K4_FAST=1), the
+  // others only on the reference kernels' (stage 5's down assembly in moe.cu runs on both)
+  const char* fast_env = std::getenv("K4_FAST");
+  const bool fast = fast_env != nullptr && fast_env[0] == '1';
+  for (const gpu::MutantInfo& m : gpu::kMutants)
+    if ((std::string(m.file).find("_fast.cu") != std::string::npos) == fast) ids.push_back(m.id);
   return ids;
 }
 

@@ -59,7 +59,7 @@ set_tests_properties(k4_emu_mutants/kill-table PROPERTIES LABELS "emulation;muta
                      ENVIRONMENT "OMP_WAIT_POLICY=passive;K4_MUTANT_TABLE=${CMAKE_BINARY_DIR}/mutants.md")
 # The tensor-core kernels' mutants (*_fast.cu), on the K4_FAST=1 path: about 2 minutes of one core.
 add_test(NAME k4_emu_mutants/kill-table-fast COMMAND k4_emu_mutants -ts=gpu_mutants --no-colors=true)
-set_tests_properties(k4_emu_mutants/kill-table-fast PROPERTIES LABELS "emulation;mutants;fast" TIMEOUT 3600 COST 150
+set_tests_properties(k4_emu_mutants/kill-table-fast PROPERTIES LABELS "emulation;mutants;tensor-core" TIMEOUT 3600 COST 150
                      ENVIRONMENT "OMP_WAIT_POLICY=passive;K4_FAST=1;K4_MUTANT_TABLE=${CMAKE_BINARY_DIR}/mutants-fast.md")
 
 # ctest entries (label "emulation", in the README's test command and so in CI): every stage
@@ -83,7 +83,7 @@ add_test(NAME k4_emu_tests/fast-stages COMMAND k4_emu_tests ${_k4_emu_stages}
          "-tc=plant probe,sanitizer case,stage twins,adversarial,per-rank index scores,paths variants,router variants,pad rows out of the wide MoE,indexer context parallelism" --no-colors=true)
 add_test(NAME k4_emu_tests/fast-all-reduce COMMAND k4_emu_tests ${_k4_emu_stages} "-tc=all-reduce forms" --no-colors=true)
 add_test(NAME k4_emu_tests/fast-golden COMMAND k4_emu_tests -ts=gpu_golden --no-colors=true)
-set_tests_properties(k4_emu_tests/fast-stages k4_emu_tests/fast-all-reduce k4_emu_tests/fast-golden PROPERTIES LABELS "emulation;fast"
+set_tests_properties(k4_emu_tests/fast-stages k4_emu_tests/fast-all-reduce k4_emu_tests/fast-golden PROPERTIES LABELS "emulation;tensor-core"
                      ENVIRONMENT "${_k4_emu_fast_env}" COST 150)
 # The emulation's threads themselves (device/simt.hpp): coordinates, barriers, shuffles, the MMA
 # collective, and the errors for a hang or divergent collectives.
@@ -95,7 +95,7 @@ set_tests_properties(k4_simt_tests PROPERTIES LABELS "emulation")
 # ... and a planted bit in the fast up/gate's output must be caught there (K4_PLANT_FAST).
 k4_emulation_variant(k4_emu_plant_fast DEFINES K4_PLANT_FAST=1)
 add_test(NAME k4_emu_plant_fast COMMAND k4_emu_plant_fast "-tc=plant probe" --no-colors=true)
-set_tests_properties(k4_emu_plant_fast PROPERTIES LABELS "emulation;fast" ENVIRONMENT "${_k4_emu_fast_env}"
+set_tests_properties(k4_emu_plant_fast PROPERTIES LABELS "emulation;tensor-core" ENVIRONMENT "${_k4_emu_fast_env}"
                      PASS_REGULAR_EXPRESSION "first mismatching stage: 5\n")
 set(_k4_emu_stages "-ts=gpu_stages")
 add_test(NAME k4_emu_tests/stages COMMAND k4_emu_tests ${_k4_emu_stages}
